@@ -1,0 +1,160 @@
+"""The read interface views select from: one conversation's stored history.
+
+Views are pure: they never run SQL. They pull what they need from a
+:class:`HistorySource`, newest-first and page by page, and stop as soon as older
+messages can no longer change their result. The store implements the protocol
+with indexed range queries on ``(conversation_id, seq)``; :class:`ListHistory`
+implements it over a list (tests, and windows over messages that are not stored).
+
+Seqs of one conversation are contiguous: every seq in ``[first_seq, last_seq]``
+is stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+from memstore.models import StoredMessage
+
+__all__ = ["HistorySource", "ListHistory"]
+
+
+@runtime_checkable
+class HistorySource(Protocol):
+    """Read access to one conversation's stored messages.
+
+    Every method returns messages in the order it names; seq ranges are half-open
+    ``[start, stop)``. Implementations count the rows they return in ``rows_read``.
+    """
+
+    @property
+    def conversation_id(self) -> str:
+        """The conversation's id."""
+        ...
+
+    @property
+    def first_seq(self) -> int:
+        """Seq of the oldest stored message (``last_seq + 1`` when empty)."""
+        ...
+
+    @property
+    def last_seq(self) -> int:
+        """Seq of the newest stored message (``first_seq - 1`` when empty)."""
+        ...
+
+    @property
+    def message_count(self) -> int:
+        """Number of stored messages (``last_seq - first_seq + 1``)."""
+        ...
+
+    @property
+    def max_score(self) -> float:
+        """An upper bound of every stored message's base score (1.0 or more)."""
+        ...
+
+    @property
+    def newest_created_at(self) -> datetime | None:
+        """``created_at`` of the newest stored message, ``None`` when empty."""
+        ...
+
+    @property
+    def rows_read(self) -> int:
+        """How many message rows this source has returned so far."""
+        ...
+
+    def anchored(self) -> list[StoredMessage]:
+        """Every anchored message (system, developer or pinned), chronological."""
+        ...
+
+    def read(self, start: int, stop: int) -> list[StoredMessage]:
+        """Messages with ``start <= seq < stop``, chronological."""
+        ...
+
+    def read_newest_first(self, before: int, limit: int) -> list[StoredMessage]:
+        """Up to ``limit`` messages with ``seq < before``, newest first."""
+        ...
+
+
+class ListHistory:
+    """A :class:`HistorySource` over an in-memory list of stored messages.
+
+    Args:
+        messages: one conversation's messages with contiguous seqs, in any order.
+
+    Raises:
+        ValueError: the messages mix conversations or their seqs are not contiguous.
+    """
+
+    def __init__(self, messages: Sequence[StoredMessage]) -> None:
+        ordered = sorted(messages, key=lambda m: m.seq)
+        ids = {m.conversation_id for m in ordered}
+        if len(ids) > 1:
+            raise ValueError(f"messages belong to several conversations: {sorted(ids)}")
+        for a, b in zip(ordered, ordered[1:]):
+            if b.seq != a.seq + 1:
+                raise ValueError(f"seqs are not contiguous: {a.seq} is followed by {b.seq}")
+        self._messages = ordered
+        self._conversation_id = ordered[0].conversation_id if ordered else ""
+        self._first = ordered[0].seq if ordered else 1
+        self._rows_read = 0
+
+    @property
+    def conversation_id(self) -> str:
+        """The conversation's id (empty string for an empty list)."""
+        return self._conversation_id
+
+    @property
+    def first_seq(self) -> int:
+        """Seq of the oldest message."""
+        return self._first
+
+    @property
+    def last_seq(self) -> int:
+        """Seq of the newest message."""
+        return self._first + len(self._messages) - 1
+
+    @property
+    def message_count(self) -> int:
+        """Number of messages."""
+        return len(self._messages)
+
+    @property
+    def max_score(self) -> float:
+        """The largest base score (at least 1.0)."""
+        return max([1.0, *(m.score for m in self._messages)])
+
+    @property
+    def newest_created_at(self) -> datetime | None:
+        """``created_at`` of the newest message."""
+        return self._messages[-1].created_at if self._messages else None
+
+    @property
+    def rows_read(self) -> int:
+        """Messages returned so far."""
+        return self._rows_read
+
+    def _slice(self, start: int, stop: int) -> list[StoredMessage]:
+        lo = max(start, self._first) - self._first
+        hi = min(stop, self.last_seq + 1) - self._first
+        out = self._messages[lo:hi] if hi > lo else []
+        self._rows_read += len(out)
+        return out
+
+    def anchored(self) -> list[StoredMessage]:
+        """Every anchored message, chronological."""
+        out = [m for m in self._messages if m.anchored]
+        self._rows_read += len(out)
+        return out
+
+    def read(self, start: int, stop: int) -> list[StoredMessage]:
+        """Messages with ``start <= seq < stop``."""
+        return self._slice(start, stop)
+
+    def read_newest_first(self, before: int, limit: int) -> list[StoredMessage]:
+        """Up to ``limit`` messages older than ``before``, newest first."""
+        if limit <= 0:
+            return []
+        stop = min(before, self.last_seq + 1)
+        return list(reversed(self._slice(max(self._first, stop - limit), stop)))

@@ -1,0 +1,607 @@
+"""Public data model: messages, stored messages, conversations, windows and state.
+
+The canonical message shape is OpenAI's chat format. Every model here is a
+frozen pydantic v2 model; invalid input raises :class:`pydantic.ValidationError`
+naming the field, before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    field_validator,
+    model_validator,
+)
+
+__all__ = [
+    "ROLES",
+    "ContentPart",
+    "ContextWindow",
+    "Conversation",
+    "ConversationState",
+    "ImagePart",
+    "ImageURL",
+    "Message",
+    "Omission",
+    "OmissionReason",
+    "Role",
+    "StoredMessage",
+    "TextPart",
+    "ToolCall",
+    "WindowReport",
+]
+
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+ROLES: tuple[str, ...] = ("system", "developer", "user", "assistant", "tool")
+ANCHOR_ROLES: frozenset[str] = frozenset({"system", "developer"})
+
+MAX_ID_LENGTH = 255
+STATE_FORMAT = "memstore.conversation"
+STATE_VERSION = 1
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+# Keys of an OpenAI chat message that carry no information memstore keeps; accepted
+# by ``Message.from_openai`` only when empty (``None``, ``[]`` or ``""``).
+_IGNORABLE_OPENAI_KEYS = frozenset({"refusal", "annotations", "audio", "function_call"})
+
+
+def _reject_nul(value: str, what: str) -> str:
+    if "\x00" in value:
+        raise ValueError(f"{what} contains a NUL character (\\x00), which databases cannot store")
+    return value
+
+
+def _check_json(value: Any, where: str) -> None:
+    """Raise ValueError unless ``value`` is strict JSON (no NaN/inf, string keys, no NUL)."""
+    if value is None or isinstance(value, (bool, int)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{where} holds {value!r}, which is not valid JSON")
+        return
+    if isinstance(value, str):
+        _reject_nul(value, where)
+        return
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check_json(item, f"{where}[{i}]")
+        return
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValueError(f"{where} has a non-string key {key!r}; JSON keys are strings")
+            _reject_nul(key, f"{where} key")
+            _check_json(item, f"{where}[{key!r}]")
+        return
+    raise ValueError(f"{where} holds a {type(value).__name__}, which is not a JSON value")
+
+
+def _validate_id(value: str, what: str) -> str:
+    if not value:
+        raise ValueError(f"{what} must not be empty")
+    if len(value) > MAX_ID_LENGTH:
+        raise ValueError(f"{what} is {len(value)} characters long; the maximum is {MAX_ID_LENGTH}")
+    return _reject_nul(value, what)
+
+
+class ToolCall(BaseModel):
+    """One function call requested by an assistant message.
+
+    Attributes:
+        id: the provider's call id; tool results answer it with ``tool_call_id``.
+        name: the function name.
+        arguments: the arguments exactly as the model produced them (a JSON string,
+            kept verbatim even when it is not valid JSON).
+        type: always ``"function"``.
+    """
+
+    model_config = _FROZEN
+
+    id: str
+    name: str
+    arguments: str = "{}"
+    type: Literal["function"] = "function"
+
+    @field_validator("id")
+    @classmethod
+    def _check_id(cls, value: str) -> str:
+        return _validate_id(value, "tool call id")
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str) -> str:
+        if not value:
+            raise ValueError("tool call name must not be empty")
+        return _reject_nul(value, "tool call name")
+
+    @field_validator("arguments")
+    @classmethod
+    def _check_arguments(cls, value: str) -> str:
+        return _reject_nul(value, "tool call arguments")
+
+    def to_openai(self) -> dict[str, Any]:
+        """Return the call in OpenAI's ``tool_calls`` item shape."""
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+
+class TextPart(BaseModel):
+    """A text content part."""
+
+    model_config = _FROZEN
+
+    type: Literal["text"] = "text"
+    text: str
+
+    @field_validator("text")
+    @classmethod
+    def _check_text(cls, value: str) -> str:
+        return _reject_nul(value, "text part")
+
+
+class ImageURL(BaseModel):
+    """The ``image_url`` object of an image part."""
+
+    model_config = _FROZEN
+
+    url: str
+    detail: Literal["auto", "low", "high"] | None = None
+
+
+class ImagePart(BaseModel):
+    """An image content part (a URL or a ``data:`` URI)."""
+
+    model_config = _FROZEN
+
+    type: Literal["image_url"] = "image_url"
+    image_url: ImageURL
+
+
+ContentPart = Annotated[Union[TextPart, ImagePart], Field(discriminator="type")]
+
+
+class Message(BaseModel):
+    """A chat message as a caller writes it (OpenAI chat format plus memstore fields).
+
+    Attributes:
+        role: ``system``, ``developer``, ``user``, ``assistant`` or ``tool``.
+        content: text, a list of content parts, or ``None`` (assistant only).
+        name: optional participant name.
+        tool_calls: calls requested by an assistant message.
+        tool_call_id: the call a ``tool`` message answers (required for tool messages,
+            forbidden for every other role).
+        score: base importance, finite and ≥ 0 (views decay it at read time).
+        pinned: kept by every view, like system messages.
+        metadata: any JSON object.
+        id: optional client id; appends with the same id are idempotent.
+    """
+
+    model_config = _FROZEN
+
+    role: Role
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    score: float = Field(default=1.0, ge=0.0, allow_inf_nan=False)
+    pinned: bool = False
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    id: str | None = None
+
+    # ---- validation -------------------------------------------------------------------
+
+    @field_validator("content")
+    @classmethod
+    def _check_content(cls, value: str | list[Any] | None) -> str | list[Any] | None:
+        if isinstance(value, str):
+            _reject_nul(value, "content")
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str | None) -> str | None:
+        if value is not None:
+            if not value:
+                raise ValueError("name must not be empty when given")
+            _validate_id(value, "name")
+        return value
+
+    @field_validator("tool_call_id", "id")
+    @classmethod
+    def _check_ids(cls, value: str | None, info: Any) -> str | None:
+        if value is not None:
+            _validate_id(value, info.field_name)
+        return value
+
+    @field_validator("metadata", mode="before")
+    @classmethod
+    def _check_metadata(cls, value: Any) -> Any:
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise ValueError(f"metadata must be a JSON object, not {type(value).__name__}")
+        _check_json(value, "metadata")
+        return value
+
+    @model_validator(mode="after")
+    def _check_roles(self) -> Message:
+        if self.tool_calls is not None and len(self.tool_calls) == 0:
+            object.__setattr__(self, "tool_calls", None)
+        if self.tool_calls is not None:
+            if self.role != "assistant":
+                raise ValueError(f"tool_calls is only allowed on assistant messages, not {self.role}")
+            ids = [call.id for call in self.tool_calls]
+            duplicates = sorted({i for i in ids if ids.count(i) > 1})
+            if duplicates:
+                raise ValueError(f"tool_calls has duplicate ids: {', '.join(duplicates)}")
+        if self.role == "tool":
+            if self.tool_call_id is None:
+                raise ValueError("tool_call_id is required for a tool message")
+        elif self.tool_call_id is not None:
+            raise ValueError(f"tool_call_id is only allowed on tool messages, not {self.role}")
+        if self.content is None and self.role != "assistant":
+            raise ValueError(f"content is required for a {self.role} message")
+        if isinstance(self.content, list) and self.role != "user":
+            if any(not isinstance(part, TextPart) for part in self.content):
+                raise ValueError(f"a {self.role} message may only hold text parts")
+        return self
+
+    # ---- convenience ------------------------------------------------------------------
+
+    @property
+    def text(self) -> str:
+        """The message's text: the string content, or its text parts joined."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content if isinstance(part, TextPart))
+
+    @property
+    def anchored(self) -> bool:
+        """True for system/developer messages and pinned messages (kept by every view)."""
+        return self.pinned or self.role in ANCHOR_ROLES
+
+    @property
+    def tool_call_ids(self) -> tuple[str, ...]:
+        """The ids of this message's tool calls (empty when it has none)."""
+        return tuple(call.id for call in self.tool_calls or ())
+
+    def same_content(self, other: Message) -> bool:
+        """Whether ``other`` carries the same content (the idempotency comparison).
+
+        Compares role, content, name, tool calls, tool_call_id and metadata. Score and
+        pinned are mutable after the write and are not compared.
+        """
+        return (
+            self.role == other.role
+            and self.content == other.content
+            and self.name == other.name
+            and self.tool_calls == other.tool_calls
+            and self.tool_call_id == other.tool_call_id
+            and self.metadata == other.metadata
+        )
+
+    def as_message(self) -> Message:
+        """Return a plain :class:`Message` with this message's caller-visible fields."""
+        return Message.model_validate(
+            {name: getattr(self, name) for name in Message.model_fields}
+        )
+
+    # ---- constructors -----------------------------------------------------------------
+
+    @classmethod
+    def system(cls, content: str | list[ContentPart], **kwargs: Any) -> Message:
+        """Build a system message."""
+        return cls(role="system", content=content, **kwargs)
+
+    @classmethod
+    def developer(cls, content: str | list[ContentPart], **kwargs: Any) -> Message:
+        """Build a developer message."""
+        return cls(role="developer", content=content, **kwargs)
+
+    @classmethod
+    def user(cls, content: str | list[ContentPart], **kwargs: Any) -> Message:
+        """Build a user message."""
+        return cls(role="user", content=content, **kwargs)
+
+    @classmethod
+    def assistant(
+        cls,
+        content: str | list[ContentPart] | None = None,
+        *,
+        tool_calls: list[ToolCall] | None = None,
+        **kwargs: Any,
+    ) -> Message:
+        """Build an assistant message, optionally with tool calls."""
+        return cls(role="assistant", content=content, tool_calls=tool_calls, **kwargs)
+
+    @classmethod
+    def tool(cls, content: str | list[ContentPart], *, tool_call_id: str, **kwargs: Any) -> Message:
+        """Build a tool result answering ``tool_call_id``."""
+        return cls(role="tool", content=content, tool_call_id=tool_call_id, **kwargs)
+
+    @classmethod
+    def from_openai(cls, data: Mapping[str, Any], **extra: Any) -> Message:
+        """Build a message from an OpenAI chat-format dict.
+
+        Args:
+            data: ``{"role": ..., "content": ..., "tool_calls": [...], ...}``. memstore's
+                own fields (``score``, ``pinned``, ``metadata``, ``id``) may appear too.
+            **extra: memstore fields given separately (override ``data``).
+
+        Raises:
+            pydantic.ValidationError: the dict is not a valid message; unknown keys are
+                rejected by name (empty ``refusal``/``annotations``/``audio`` are ignored).
+        """
+        if not isinstance(data, Mapping):
+            raise TypeError(f"from_openai expects a mapping, not {type(data).__name__}")
+        fields: dict[str, Any] = {}
+        for key, value in data.items():
+            if key in _IGNORABLE_OPENAI_KEYS and value in (None, [], ""):
+                continue
+            if key == "tool_calls" and value is not None:
+                fields[key] = [_tool_call_from_openai(item) for item in value]
+            else:
+                fields[key] = value
+        fields.update(extra)
+        return cls.model_validate(fields)
+
+    def to_openai(self) -> dict[str, Any]:
+        """Return the message as an OpenAI Chat Completions message dict."""
+        out: dict[str, Any] = {"role": self.role}
+        if isinstance(self.content, list):
+            out["content"] = [part.model_dump(exclude_none=True) for part in self.content]
+        else:
+            out["content"] = self.content
+        if self.name is not None:
+            out["name"] = self.name
+        if self.tool_calls:
+            out["tool_calls"] = [call.to_openai() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        return out
+
+
+def _tool_call_from_openai(item: Any) -> Any:
+    if isinstance(item, ToolCall):
+        return item
+    if isinstance(item, Mapping) and "function" in item:
+        function = item["function"] or {}
+        if item.get("type", "function") != "function":
+            raise ValueError(f"tool call type {item.get('type')!r} is not supported")
+        return {
+            "id": item.get("id"),
+            "name": function.get("name"),
+            "arguments": function.get("arguments", "{}"),
+        }
+    return item
+
+
+class StoredMessage(Message):
+    """A message as stored: the caller's message plus what the store assigned.
+
+    Attributes:
+        conversation_id: the conversation it belongs to.
+        seq: its position, gap-free from the conversation's first stored message.
+        created_at: when it was written (timezone-aware UTC); display, decay, retention.
+        token_count: its tokens as counted by ``token_counter`` at write time.
+        token_counter: the name of the counter that produced ``token_count``.
+        id: the client id when one was given, else a store-assigned UUID string.
+    """
+
+    conversation_id: str
+    seq: int = Field(ge=1)
+    created_at: datetime
+    token_count: int = Field(ge=0)
+    token_counter: str
+    id: str  # type: ignore[assignment]  # narrowed: a stored message always has an id
+
+    @field_validator("created_at")
+    @classmethod
+    def _aware(cls, value: datetime) -> datetime:
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
+
+
+class Conversation(BaseModel):
+    """A conversation's row: identity, metadata and running totals.
+
+    Attributes:
+        id: the caller-chosen id (1–255 characters).
+        created_at: creation time (UTC).
+        updated_at: time of the last write (UTC).
+        metadata: any JSON object.
+        message_count: stored messages.
+        token_count: sum of the stored per-message token counts.
+    """
+
+    model_config = _FROZEN
+
+    id: str
+    created_at: datetime
+    updated_at: datetime
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    message_count: int = 0
+    token_count: int = 0
+
+    @field_validator("id")
+    @classmethod
+    def _check_id(cls, value: str) -> str:
+        return _validate_id(value, "conversation id")
+
+
+OmissionReason = Literal[
+    "budget",  # did not fit the token budget
+    "buffer_size",  # beyond BufferedView's message count
+    "head_tail_gap",  # between HeadAndTailView's head and tail
+    "max_turns",  # older than RecentTurnsView's turn limit
+    "score",  # ScoreBasedView: a higher-scored unit took the room
+    "incomplete_unit",  # an unanswered tool call or a tool result whose call is not stored
+    "tool_messages_removed",  # RecentTurnsView(remove_tool_messages=True)
+    "start_on_user",  # TokenLimitedView(start_on_user=True) trimmed to a user message
+]
+
+
+class Omission(BaseModel):
+    """A run of stored messages a window left out, all for the same reason.
+
+    Attributes:
+        first_seq: first seq of the run.
+        last_seq: last seq of the run (inclusive).
+        count: how many stored messages of ``[first_seq, last_seq]`` were left out
+            (anchored messages inside the range are kept and not counted).
+        reason: why they were left out.
+    """
+
+    model_config = _FROZEN
+
+    first_seq: int
+    last_seq: int
+    count: int
+    reason: OmissionReason
+
+
+class WindowReport(BaseModel):
+    """What a window kept and left out, and why.
+
+    Attributes:
+        view: the view's class name.
+        counter: the name of the token counter used.
+        conversation_message_count: messages stored in the conversation.
+        included_count: stored messages in the window (placeholder excluded).
+        omitted: runs of left-out seqs with their reasons (chronological).
+        placeholder: the placeholder text, when one was inserted.
+        skipped: the number of messages the placeholder stands for (0 when none).
+        rows_read: messages the store read to build the window (a cost measure).
+    """
+
+    model_config = _FROZEN
+
+    view: str
+    counter: str
+    conversation_message_count: int
+    included_count: int
+    omitted: list[Omission] = Field(default_factory=list)
+    placeholder: str | None = None
+    skipped: int = 0
+    rows_read: int = 0
+
+    @property
+    def omitted_count(self) -> int:
+        """Total number of stored messages left out."""
+        return sum(o.count for o in self.omitted)
+
+    def omitted_seqs(self, reason: OmissionReason | None = None) -> list[int]:
+        """Seqs covered by omissions (optionally of one reason). Anchored seqs are excluded
+        only where the view recorded the omission per message; prefer ``omitted``."""
+        seqs: list[int] = []
+        for o in self.omitted:
+            if reason is None or o.reason == reason:
+                seqs.extend(range(o.first_seq, o.last_seq + 1))
+        return seqs
+
+
+class ContextWindow(BaseModel):
+    """A view's result: the messages to send, their token count and a report.
+
+    Attributes:
+        conversation_id: the conversation the window was read from.
+        messages: chronological; a plain :class:`Message` only for a placeholder.
+        token_count: the whole list as the provider counts it (reply priming included).
+        budget: the token limit of a budgeted view, else ``None``.
+        report: what was left out and why.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    conversation_id: str
+    messages: list[Union[StoredMessage, Message]]
+    token_count: int
+    budget: int | None = None
+    report: WindowReport
+
+    def to_openai(self) -> list[dict[str, Any]]:
+        """Return the messages as OpenAI Chat Completions message dicts."""
+        return [m.to_openai() for m in self.messages]
+
+    @property
+    def seqs(self) -> list[int]:
+        """Seqs of the stored messages in the window (placeholder excluded)."""
+        return [m.seq for m in self.messages if isinstance(m, StoredMessage)]
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+
+class ConversationState(BaseModel):
+    """A versioned, JSON-serialisable snapshot of one conversation.
+
+    Produced by ``save_state`` and consumed by ``load_state``. ``model_dump_json()``
+    and ``ConversationState.model_validate_json()`` move it through JSON losslessly.
+
+    Attributes:
+        format: always ``"memstore.conversation"``.
+        version: the snapshot format version.
+        conversation: the conversation row.
+        messages: every stored message with seq, timestamps, scores and counts.
+        view: the view configuration of the context handle that saved it, if any.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    format: Literal["memstore.conversation"] = STATE_FORMAT
+    version: int = STATE_VERSION
+    conversation: Conversation
+    messages: list[StoredMessage]
+    view: dict[str, JsonValue] | None = None
+
+    @field_validator("version")
+    @classmethod
+    def _check_version(cls, value: int) -> int:
+        if value != STATE_VERSION:
+            raise ValueError(
+                f"state version {value} is not supported (this memstore reads {STATE_VERSION})"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _check_messages(self) -> ConversationState:
+        seqs = [m.seq for m in self.messages]
+        if seqs != sorted(set(seqs)):
+            raise ValueError("state messages must have unique seqs in increasing order")
+        for m in self.messages:
+            if m.conversation_id != self.conversation.id:
+                raise ValueError(
+                    f"message seq {m.seq} belongs to {m.conversation_id!r}, "
+                    f"not {self.conversation.id!r}"
+                )
+        return self
+
+    def to_json(self) -> str:
+        """Serialise to a JSON string."""
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> ConversationState:
+        """Parse a JSON string produced by :meth:`to_json`."""
+        return cls.model_validate_json(text)
+
+
+def json_dumps(value: Any) -> str:
+    """Strict, compact JSON (used for comparisons and the wire)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
