@@ -1,1 +1,1 @@
-"""memstore."""
+"""memstore: durable, database-backed conversation memory for LLM agents."""

@@ -1,0 +1,321 @@
+"""What the sync and async stores share: configuration, argument checks, preparation.
+
+The stores differ only in how they reach a ``Connection``: ``MemoryStore`` opens
+one, ``AsyncMemoryStore`` hands the same function to ``AsyncConnection.run_sync``.
+Everything else (validation, token counting, the SQL in :mod:`memstore._ops`, view
+selection in :mod:`memstore.views`) is written once, here and there.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from sqlalchemy import Connection
+
+from memstore import _ops, migrate
+from memstore._engine import read_options, write_options
+from memstore.errors import ConfigurationError, InvalidInputError
+from memstore.models import (
+    MAX_ID_LENGTH,
+    ContextWindow,
+    ConversationState,
+    Message,
+    StoredMessage,
+    _check_json,
+)
+from memstore.tokens import TokenCounter
+
+T = TypeVar("T")
+
+MigrateMode = Literal["auto", "check", "upgrade", "off"]
+MIGRATE_MODES = ("auto", "check", "upgrade", "off")
+
+MessageLike = Message | Mapping[str, Any]
+
+
+def run_in_transaction(
+    conn: Connection,
+    fn: Callable[..., T],
+    args: tuple[Any, ...],
+    write: bool,
+    snapshot: bool,
+) -> T:
+    """Run ``fn(conn, *args)`` in one transaction of the right kind.
+
+    Writes are ``BEGIN IMMEDIATE`` on SQLite (see :mod:`memstore._engine`); reads that
+    span several statements get one snapshot. Any exception rolls everything back.
+    """
+    options = write_options() if write else read_options(conn.dialect.name, snapshot=snapshot)
+    if options:
+        conn.execution_options(**options)
+    with conn.begin():
+        return fn(conn, *args)
+
+
+def ensure_schema(conn: Connection, mode: MigrateMode) -> None:
+    """Apply the store's ``migrate`` policy on an open connection (in a write transaction)."""
+    if mode == "off":
+        return
+    embedded = conn.dialect.name == "sqlite"
+    if mode == "upgrade" or (mode == "auto" and embedded):
+        migrate.upgrade_connection(conn)
+    else:
+        migrate.check_connection(conn)
+
+
+def check_migrate_mode(mode: str) -> MigrateMode:
+    """Validate the ``migrate=`` argument."""
+    if mode not in MIGRATE_MODES:
+        raise ConfigurationError(
+            f"migrate must be one of {', '.join(MIGRATE_MODES)}, not {mode!r}"
+        )
+    return mode  # type: ignore[return-value]
+
+
+def check_conversation_id(cid: Any) -> str:
+    """Validate a conversation id (1–255 characters, no NUL)."""
+    if not isinstance(cid, str):
+        raise InvalidInputError(f"conversation id must be a str, not {type(cid).__name__}")
+    if not cid:
+        raise InvalidInputError("conversation id must not be empty")
+    if len(cid) > MAX_ID_LENGTH:
+        raise InvalidInputError(
+            f"conversation id is {len(cid)} characters long; the maximum is {MAX_ID_LENGTH}"
+        )
+    if "\x00" in cid:
+        raise InvalidInputError("conversation id contains a NUL character")
+    return cid
+
+
+def new_conversation_id(cid: str | None) -> str:
+    """The given id (validated) or a fresh UUID string."""
+    return str(uuid.uuid4()) if cid is None else check_conversation_id(cid)
+
+
+def check_seq(seq: Any, name: str = "seq") -> int:
+    """Validate a seq argument (an int >= 1)."""
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
+        raise InvalidInputError(f"{name} must be an int >= 1, got {seq!r}")
+    return seq
+
+
+def check_count(n: Any, name: str) -> int:
+    """Validate a count argument (an int >= 0)."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise InvalidInputError(f"{name} must be an int >= 0, got {n!r}")
+    return n
+
+
+def check_score(score: Any) -> float:
+    """Validate a base score (finite, >= 0)."""
+    if isinstance(score, bool) or not isinstance(score, (int, float)):
+        raise InvalidInputError(f"score must be a number, got {score!r}")
+    value = float(score)
+    if not math.isfinite(value) or value < 0:
+        raise InvalidInputError(f"score must be finite and >= 0, got {score!r}")
+    return value
+
+
+def check_metadata(metadata: Any) -> dict[str, Any]:
+    """Validate conversation metadata (a JSON object)."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping):
+        raise InvalidInputError(f"metadata must be a JSON object, not {type(metadata).__name__}")
+    try:
+        _check_json(metadata, "metadata")
+    except ValueError as exc:
+        raise InvalidInputError(str(exc)) from None
+    return dict(metadata)
+
+
+def check_list_args(limit: Any, after: Any) -> tuple[int, str | None]:
+    """Validate ``list_conversations`` arguments."""
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 10_000:
+        raise InvalidInputError(f"limit must be an int in [1, 10000], got {limit!r}")
+    if after is not None and not isinstance(after, str):
+        raise InvalidInputError(f"after must be a conversation id or None, got {after!r}")
+    return limit, after
+
+
+def coerce_message(message: Any) -> Message:
+    """Accept a Message (a StoredMessage is re-written as its plain fields) or an OpenAI dict."""
+    if isinstance(message, StoredMessage):
+        return message.as_message()
+    if isinstance(message, Message):
+        return message
+    if isinstance(message, Mapping):
+        return Message.from_openai(message)
+    raise InvalidInputError(
+        f"a message must be a memstore Message or an OpenAI message dict, "
+        f"not {type(message).__name__}"
+    )
+
+
+def prepare(counter: TokenCounter, messages: Iterable[Any]) -> list[_ops.Prepared]:
+    """Validate every message and count its tokens, before any database work."""
+    return [
+        _ops.Prepared(m, counter.count_message(m)) for m in map(coerce_message, messages)
+    ]
+
+
+def view_counter(view: Any, default: TokenCounter) -> TokenCounter:
+    """The counter a view uses: its own ``counter`` if it names one, else the store's."""
+    own = getattr(view, "counter", None)
+    return own if own is not None else default
+
+
+def check_view(view: Any) -> Any:
+    """Ensure ``view`` is a context view."""
+    if not callable(getattr(view, "select", None)):
+        raise InvalidInputError(f"{view!r} is not a context view (it has no select method)")
+    return view
+
+
+def view_config(view: Any) -> dict[str, Any] | None:
+    """A view's serialisable configuration (``None`` when there is no view)."""
+    if view is None:
+        return None
+    return dict(view.to_config())
+
+
+def coerce_state(state: Any) -> ConversationState:
+    """Accept a ConversationState, its dict, or its JSON text."""
+    if isinstance(state, ConversationState):
+        return state
+    if isinstance(state, (str, bytes)):
+        return ConversationState.model_validate_json(state)
+    if isinstance(state, Mapping):
+        return ConversationState.model_validate(dict(state))
+    raise InvalidInputError(
+        f"state must be a ConversationState, a dict or JSON text, not {type(state).__name__}"
+    )
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One store call, ready to run: what both stores execute.
+
+    Attributes:
+        fn: an :mod:`memstore._ops` function, called as ``fn(conn, *args[, prepared])``.
+        args: its arguments (already validated).
+        write: run in a write transaction.
+        snapshot: read several statements from one snapshot.
+        prepare: CPU work done before the transaction (validation, tokenisation);
+            its result is passed as the last argument. The async store runs it in a
+            worker thread so the event loop keeps going.
+    """
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+    write: bool = False
+    snapshot: bool = False
+    prepare: Callable[[], Any] | None = None
+    prepare_items: int = 0
+
+    def run(self, conn: Connection, prepared: Any = None) -> Any:
+        """Execute on ``conn`` inside one transaction."""
+        args = self.args if self.prepare is None else (*self.args, prepared)
+        return run_in_transaction(conn, self.fn, args, self.write, self.snapshot)
+
+
+class Planner:
+    """Validates the arguments of every public store method and returns its Plan.
+
+    The sync and async stores hold one planner each; their public methods differ
+    only in whether they ``await`` the plan's execution.
+    """
+
+    def __init__(self, counter: TokenCounter) -> None:
+        self.counter = counter
+
+    # conversations
+    def create_conversation(self, id: Any, metadata: Any) -> Plan:
+        return Plan(_ops.create_conversation, (new_conversation_id(id), check_metadata(metadata)),
+                    write=True)
+
+    def get_conversation(self, id: Any) -> Plan:
+        return Plan(_ops.get_conversation, (check_conversation_id(id),))
+
+    def list_conversations(self, limit: Any, after: Any) -> Plan:
+        return Plan(_ops.list_conversations, check_list_args(limit, after))
+
+    def delete_conversation(self, id: Any) -> Plan:
+        return Plan(_ops.delete_conversation, (check_conversation_id(id),), write=True)
+
+    # writing
+    def extend(self, conversation_id: Any, messages: Iterable[Any], *, one: bool = False) -> Plan:
+        cid = check_conversation_id(conversation_id)
+        if isinstance(messages, (str, bytes, Mapping, Message)):
+            raise InvalidInputError("extend expects a list of messages, not a single message")
+        items = list(messages)
+        fn = _ops.append_one if one else _ops.append_messages
+        return Plan(fn, (cid, self.counter.name), write=True,
+                    prepare=lambda: prepare(self.counter, items), prepare_items=len(items))
+
+    def append(self, conversation_id: Any, message: Any) -> Plan:
+        return self.extend(conversation_id, [message], one=True)
+
+    def set_score(self, conversation_id: Any, seq: Any, score: Any) -> Plan:
+        return Plan(_ops.set_score, (check_conversation_id(conversation_id), check_seq(seq),
+                                     check_score(score)), write=True)
+
+    def set_pinned(self, conversation_id: Any, seq: Any, pinned: bool) -> Plan:
+        return Plan(_ops.set_pinned, (check_conversation_id(conversation_id), check_seq(seq),
+                                      pinned), write=True)
+
+    # reading
+    def messages(self, conversation_id: Any, start: Any, stop: Any, limit: Any,
+                 newest_first: Any) -> Plan:
+        cid = check_conversation_id(conversation_id)
+        for name, value in (("start", start), ("stop", stop)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+                raise InvalidInputError(f"{name} must be an int or None, got {value!r}")
+        if limit is not None:
+            check_count(limit, "limit")
+        return Plan(_ops.read_messages, (cid, start, stop, limit, bool(newest_first)),
+                    snapshot=True)
+
+    def get_message(self, conversation_id: Any, seq: Any) -> Plan:
+        return Plan(_ops.get_message, (check_conversation_id(conversation_id), check_seq(seq)))
+
+    def count_tokens(self, conversation_id: Any) -> Plan:
+        return Plan(_ops.count_tokens, (check_conversation_id(conversation_id),))
+
+    def window(self, conversation_id: Any, view: Any) -> Plan:
+        cid = check_conversation_id(conversation_id)
+        check_view(view)
+        return Plan(_ops.window, (cid, view, view_counter(view, self.counter)), snapshot=True)
+
+    # destructive
+    def pop(self, conversation_id: Any, n: Any) -> Plan:
+        return Plan(_ops.pop, (check_conversation_id(conversation_id), check_count(n, "n")),
+                    write=True)
+
+    def truncate(self, conversation_id: Any, before_seq: Any) -> Plan:
+        return Plan(_ops.truncate, (check_conversation_id(conversation_id),
+                                    check_seq(before_seq, "before_seq")), write=True)
+
+    def clear(self, conversation_id: Any) -> Plan:
+        return Plan(_ops.clear, (check_conversation_id(conversation_id),), write=True)
+
+    # state
+    def save_state(self, conversation_id: Any, view: Any = None) -> Plan:
+        return Plan(_ops.save_state, (check_conversation_id(conversation_id), view_config(view)),
+                    snapshot=True)
+
+    def load_state(self, state: Any, conversation_id: Any, replace: Any) -> Plan:
+        parsed = coerce_state(state)
+        cid = check_conversation_id(conversation_id or parsed.conversation.id)
+        return Plan(_ops.load_state, (parsed, cid, bool(replace)), write=True)
+
+
+def empty_window(conversation_id: str, view: Any, counter: TokenCounter) -> ContextWindow:
+    """The window of a conversation that does not exist yet (a context before its first add)."""
+    result: ContextWindow = view.apply([], counter)
+    return result.model_copy(update={"conversation_id": conversation_id})
+

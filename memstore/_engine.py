@@ -1,0 +1,139 @@
+"""Engine construction and per-dialect connection setup, shared by both stores.
+
+SQLite needs care to be a correct multi-writer database:
+
+* WAL journal, ``foreign_keys=ON``, a busy timeout, ``synchronous=NORMAL``;
+* memstore takes over transaction control from the ``sqlite3`` module (which
+  otherwise never emits ``BEGIN`` before a ``SELECT``): read transactions start
+  with ``BEGIN`` so a multi-page window read sees one snapshot, and write
+  transactions start with ``BEGIN IMMEDIATE`` so a writer takes the write lock
+  up front and waits (busy timeout) instead of failing on a stale snapshot.
+
+PostgreSQL writes run in READ COMMITTED and serialize per conversation on the
+conversation row lock; window reads run REPEATABLE READ READ ONLY (one snapshot).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, pool
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+__all__ = [
+    "DEFAULT_URL",
+    "async_url",
+    "default_url",
+    "install_sqlite_hooks",
+    "make_async_engine",
+    "make_engine",
+    "read_options",
+    "sync_url",
+    "write_options",
+]
+
+DEFAULT_URL = "sqlite:///./memstore.db"
+_WRITE = "memstore_write"
+_MARK = "_memstore_hooks"
+
+
+def default_url() -> str:
+    """``MEMSTORE_URL`` if set, else a SQLite file ``./memstore.db``."""
+    return os.environ.get("MEMSTORE_URL") or DEFAULT_URL
+
+
+def sync_url(url: str | URL) -> URL:
+    """Normalise a URL to memstore's synchronous drivers (pysqlite, psycopg 3)."""
+    u = make_url(url)
+    backend = u.get_backend_name()
+    if backend == "sqlite":
+        return u.set(drivername="sqlite")
+    if backend == "postgresql" and u.get_driver_name() in ("psycopg2", "asyncpg", "psycopg_async", ""):
+        return u.set(drivername="postgresql+psycopg")
+    if backend == "postgresql" and u.drivername == "postgresql":
+        return u.set(drivername="postgresql+psycopg")
+    return u
+
+
+def async_url(url: str | URL) -> URL:
+    """Normalise a URL to memstore's asyncio drivers (aiosqlite, psycopg 3 async)."""
+    u = make_url(url)
+    backend = u.get_backend_name()
+    if backend == "sqlite":
+        return u.set(drivername="sqlite+aiosqlite")
+    if backend == "postgresql" and u.get_driver_name() in ("", "psycopg2", "psycopg", "psycopg_async"):
+        return u.set(drivername="postgresql+psycopg")
+    return u
+
+
+def _is_memory(u: URL) -> bool:
+    return u.get_backend_name() == "sqlite" and u.database in (None, "", ":memory:")
+
+
+def _engine_kwargs(u: URL, options: dict[str, Any]) -> dict[str, Any]:
+    kwargs = dict(options)
+    if _is_memory(u):
+        # One shared in-memory database for every connection of this engine.
+        kwargs.setdefault("poolclass", pool.StaticPool)
+        kwargs.setdefault("connect_args", {"check_same_thread": False})
+    elif u.get_backend_name() == "postgresql":
+        kwargs.setdefault("pool_pre_ping", True)
+    return kwargs
+
+
+def make_engine(url: str | URL, *, busy_timeout: float = 30.0, **options: Any) -> Engine:
+    """Create a synchronous engine configured for memstore."""
+    u = sync_url(url)
+    engine = create_engine(u, **_engine_kwargs(u, options))
+    install_sqlite_hooks(engine, busy_timeout=busy_timeout)
+    return engine
+
+
+def make_async_engine(url: str | URL, *, busy_timeout: float = 30.0, **options: Any) -> AsyncEngine:
+    """Create an asyncio engine configured for memstore."""
+    u = async_url(url)
+    engine = create_async_engine(u, **_engine_kwargs(u, options))
+    install_sqlite_hooks(engine.sync_engine, busy_timeout=busy_timeout)
+    return engine
+
+
+def install_sqlite_hooks(engine: Engine, *, busy_timeout: float = 30.0) -> None:
+    """Install memstore's SQLite connection setup on ``engine`` (idempotent, no-op elsewhere).
+
+    Injected engines get the hooks too: without them SQLite would not give window
+    reads a snapshot, nor make concurrent writers wait for each other.
+    """
+    if engine.dialect.name != "sqlite" or getattr(engine, _MARK, False):
+        return
+    setattr(engine, _MARK, True)
+    memory = _is_memory(engine.url)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # memstore emits BEGIN itself
+        cursor = dbapi_connection.cursor()
+        if not memory:
+            cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        immediate = conn.get_execution_options().get(_WRITE, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def write_options() -> dict[str, Any]:
+    """Execution options for a write transaction."""
+    return {_WRITE: True}
+
+
+def read_options(dialect_name: str, *, snapshot: bool) -> dict[str, Any]:
+    """Execution options for a read transaction (one snapshot across pages when asked)."""
+    if snapshot and dialect_name == "postgresql":
+        return {"isolation_level": "REPEATABLE READ", "postgresql_readonly": True}
+    return {}

@@ -1,0 +1,493 @@
+"""Database logic, written once: functions on a SQLAlchemy ``Connection``.
+
+Each function runs inside a transaction its caller opened. ``MemoryStore`` calls
+them directly; ``AsyncMemoryStore`` calls the very same functions through
+``AsyncConnection.run_sync``. They take and return pydantic models only; rows
+never leave this module.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any, NamedTuple
+
+from sqlalchemy import Connection, Row
+
+from memstore import _statements as q
+from memstore.errors import (
+    ConflictError,
+    ConversationNotFoundError,
+    InvalidInputError,
+    MessageNotFoundError,
+)
+from memstore.models import (
+    ANCHOR_ROLES,
+    Conversation,
+    ConversationState,
+    ImagePart,
+    ImageURL,
+    Message,
+    StoredMessage,
+    TextPart,
+    ToolCall,
+)
+
+__all__ = ["Prepared", "SQLHistory"]
+
+#: Rows per INSERT batch: bounds statement size and, on asyncio, how long the
+#: event loop runs Python code between two awaits of the driver.
+INSERT_CHUNK = 500
+
+
+class Prepared(NamedTuple):
+    """A validated message with its token count, computed before the transaction."""
+
+    message: Message
+    token_count: int
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware UTC."""
+    return datetime.now(timezone.utc)
+
+
+# ---- rows <-> models ------------------------------------------------------------------
+
+
+def _parts(raw: list[Any]) -> list[Any]:
+    out: list[Any] = []
+    for part in raw:
+        if part.get("type") == "text":
+            out.append(TextPart.model_construct(type="text", text=part["text"]))
+        else:
+            image = part["image_url"]
+            out.append(ImagePart.model_construct(
+                type="image_url",
+                image_url=ImageURL.model_construct(url=image["url"], detail=image.get("detail")),
+            ))
+    return out
+
+
+def to_stored(row: Row[Any]) -> StoredMessage:
+    """Build a StoredMessage from a trusted row without re-validating it (hot path)."""
+    (cid, seq, mid, role, text, parts, name, calls, call_id, score, pinned, tokens, counter,
+     created_at, meta) = row
+    content: Any = text if text is not None else (_parts(parts) if parts is not None else None)
+    tool_calls = (
+        [ToolCall.model_construct(id=c["id"], name=c["name"], arguments=c["arguments"],
+                                  type="function") for c in calls]
+        if calls is not None else None
+    )
+    return StoredMessage.model_construct(
+        role=role, content=content, name=name, tool_calls=tool_calls, tool_call_id=call_id,
+        score=float(score), pinned=bool(pinned), metadata=meta if meta is not None else {},
+        id=mid, conversation_id=cid, seq=int(seq), created_at=created_at,
+        token_count=int(tokens), token_counter=counter,
+    )
+
+
+def _message_row(
+    cid: str, seq: int, p: Prepared, mid: str, counter: str, now: datetime
+) -> dict[str, Any]:
+    m = p.message
+    content = m.content
+    return {
+        "conversation_id": cid,
+        "seq": seq,
+        "message_id": mid,
+        "role": m.role,
+        "content_text": content if isinstance(content, str) else None,
+        "content_parts": (
+            [part.model_dump(exclude_none=True) for part in content]
+            if isinstance(content, list) else None
+        ),
+        "name": m.name,
+        "tool_calls": (
+            [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.tool_calls]
+            if m.tool_calls else None
+        ),
+        "tool_call_id": m.tool_call_id,
+        "score": m.score,
+        "pinned": m.pinned,
+        "anchored": m.pinned or m.role in ANCHOR_ROLES,
+        "token_count": p.token_count,
+        "token_counter": counter,
+        "created_at": now,
+        "metadata": dict(m.metadata),
+    }
+
+
+def _stored_from_row_dict(row: Mapping[str, Any], message: Message) -> StoredMessage:
+    return StoredMessage.model_construct(
+        **{name: getattr(message, name) for name in Message.model_fields if name != "id"},
+        id=row["message_id"], conversation_id=row["conversation_id"], seq=row["seq"],
+        created_at=row["created_at"], token_count=row["token_count"],
+        token_counter=row["token_counter"],
+    )
+
+
+def _to_conversation(row: Row[Any]) -> Conversation:
+    m = row._mapping
+    return Conversation.model_construct(
+        id=m["id"], created_at=m["created_at"], updated_at=m["updated_at"],
+        metadata=m["metadata"] if m["metadata"] is not None else {},
+        message_count=int(m["last_seq"]) - int(m["first_seq"]) + 1,
+        token_count=int(m["token_count"]),
+    )
+
+
+# ---- conversations --------------------------------------------------------------------
+
+
+def _conversation_row(conn: Connection, cid: str, *, for_update: bool = False) -> Row[Any]:
+    row = conn.execute(q.conversation(cid, for_update=for_update)).first()
+    if row is None:
+        raise ConversationNotFoundError(cid)
+    return row
+
+
+def create_conversation(
+    conn: Connection, cid: str, metadata: dict[str, Any]
+) -> Conversation:
+    """Create an empty conversation; ConflictError when the id is taken."""
+    if conn.execute(q.conversation(cid)).first() is not None:
+        raise ConflictError(f"conversation {cid!r} already exists")
+    now = utcnow()
+    conn.execute(q.insert_conversation({
+        "id": cid, "created_at": now, "updated_at": now, "metadata": metadata,
+        "first_seq": 1, "last_seq": 0, "token_count": 0, "max_score": 1.0,
+    }))
+    return _to_conversation(_conversation_row(conn, cid))
+
+
+def get_conversation(conn: Connection, cid: str) -> Conversation:
+    """One conversation."""
+    return _to_conversation(_conversation_row(conn, cid))
+
+
+def list_conversations(conn: Connection, limit: int, after: str | None) -> list[Conversation]:
+    """Conversations ordered by id, after ``after``."""
+    return [_to_conversation(r) for r in conn.execute(q.list_conversations(limit, after))]
+
+
+def delete_conversation(conn: Connection, cid: str) -> None:
+    """Delete a conversation and all its messages."""
+    _conversation_row(conn, cid, for_update=True)
+    conn.execute(q.delete_messages(cid))
+    conn.execute(q.delete_conversation(cid))
+
+
+# ---- writes ---------------------------------------------------------------------------
+
+
+def append_one(conn: Connection, cid: str, counter: str, batch: Sequence[Prepared]) -> StoredMessage:
+    """Append one message (see :func:`append_messages`)."""
+    return append_messages(conn, cid, counter, batch)[0]
+
+
+def append_messages(
+    conn: Connection, cid: str, counter: str, batch: Sequence[Prepared]
+) -> list[StoredMessage]:
+    """Append a batch atomically; returns one StoredMessage per input, in input order.
+
+    A message whose client id is already stored returns the stored row when its
+    content is the same and raises ConflictError when it differs; a client id
+    repeated inside the batch is stored once.
+    """
+    if not batch:
+        return []
+    dialect = conn.dialect.name
+    now = utcnow()
+    results: list[StoredMessage | None] = [None] * len(batch)
+    fresh: list[int] = []
+    repeats: dict[int, int] = {}
+    if any(p.message.id is not None for p in batch):
+        # Take the conversation lock before looking ids up, so a concurrent retry
+        # of the same id cannot slip in between the check and the insert.
+        conn.execute(q.allocate_seqs(dialect, cid, now, 0, 0, 0.0))
+        ids = sorted({p.message.id for p in batch if p.message.id is not None})
+        stored = {m.id: m for m in map(to_stored, conn.execute(q.messages_by_ids(cid, ids)))}
+        first_with_id: dict[str, int] = {}
+        for i, p in enumerate(batch):
+            mid = p.message.id
+            if mid is None:
+                fresh.append(i)
+                continue
+            prior = stored.get(mid)
+            if prior is not None:
+                if not prior.same_content(p.message):
+                    raise ConflictError(
+                        f"message id {mid!r} is already stored in conversation {cid!r} "
+                        f"(seq {prior.seq}) with different content"
+                    )
+                results[i] = prior
+            elif mid in first_with_id:
+                j = first_with_id[mid]
+                if not batch[j].message.same_content(p.message):
+                    raise ConflictError(
+                        f"message id {mid!r} appears twice in the batch with different content"
+                    )
+                repeats[i] = j
+            else:
+                first_with_id[mid] = i
+                fresh.append(i)
+    else:
+        fresh = list(range(len(batch)))
+
+    if fresh:
+        tokens = sum(batch[i].token_count for i in fresh)
+        top = max(1.0, *(batch[i].message.score for i in fresh))
+        last = conn.execute(q.allocate_seqs(dialect, cid, now, len(fresh), tokens, top)).scalar_one()
+        seq = int(last) - len(fresh) + 1
+        rows = []
+        for i in fresh:
+            p = batch[i]
+            mid = p.message.id if p.message.id is not None else str(uuid.uuid4())
+            rows.append(_message_row(cid, seq, p, mid, counter, now))
+            seq += 1
+        insert = q.insert_messages()
+        for start in range(0, len(rows), INSERT_CHUNK):
+            conn.execute(insert, rows[start:start + INSERT_CHUNK])
+        for i, row in zip(fresh, rows):
+            results[i] = _stored_from_row_dict(row, batch[i].message)
+    for i, j in repeats.items():
+        results[i] = results[j]
+    return [r for r in results if r is not None]
+
+
+def set_score(conn: Connection, cid: str, seq: int, score: float) -> StoredMessage:
+    """Set a message's base score."""
+    _conversation_row(conn, cid, for_update=True)
+    row = conn.execute(q.update_message(cid, seq, score=score)).first()
+    if row is None:
+        raise MessageNotFoundError(cid, seq)
+    conn.execute(q.allocate_seqs(conn.dialect.name, cid, utcnow(), 0, 0, score))
+    return to_stored(row)
+
+
+def set_pinned(conn: Connection, cid: str, seq: int, pinned: bool) -> StoredMessage:
+    """Pin or unpin a message (pinned messages are anchored: every view keeps them)."""
+    _conversation_row(conn, cid, for_update=True)
+    current = conn.execute(q.messages_range(cid, start=seq, stop=seq + 1)).first()
+    if current is None:
+        raise MessageNotFoundError(cid, seq)
+    anchored = pinned or current.role in ANCHOR_ROLES
+    row = conn.execute(q.update_message(cid, seq, pinned=pinned, anchored=anchored)).first()
+    assert row is not None
+    return to_stored(row)
+
+
+def pop(conn: Connection, cid: str, n: int) -> list[StoredMessage]:
+    """Delete and return the ``n`` newest messages (chronological)."""
+    conv = _conversation_row(conn, cid, for_update=True)
+    if n == 0:
+        return []
+    first, last = int(conv.first_seq), int(conv.last_seq)
+    start = max(first, last - n + 1)
+    removed = [to_stored(r) for r in conn.execute(q.messages_range(cid, start=start))]
+    if removed:
+        conn.execute(q.delete_messages(cid, start=start))
+        conn.execute(q.update_conversation(
+            cid, last_seq=start - 1, updated_at=utcnow(),
+            token_count=int(conv.token_count) - sum(m.token_count for m in removed),
+        ))
+    return removed
+
+
+def truncate(conn: Connection, cid: str, before_seq: int) -> int:
+    """Delete every message with ``seq < before_seq``; returns how many were deleted."""
+    conv = _conversation_row(conn, cid, for_update=True)
+    first, last = int(conv.first_seq), int(conv.last_seq)
+    cut = min(before_seq, last + 1)
+    if cut <= first:
+        return 0
+    count, tokens = conn.execute(q.sum_tokens(cid, stop=cut)).one()
+    conn.execute(q.delete_messages(cid, stop=cut))
+    conn.execute(q.update_conversation(
+        cid, first_seq=cut, updated_at=utcnow(),
+        token_count=int(conv.token_count) - int(tokens),
+    ))
+    return int(count)
+
+
+def clear(conn: Connection, cid: str) -> int:
+    """Delete every message; the next append gets seq 1 again. Returns how many."""
+    conv = _conversation_row(conn, cid, for_update=True)
+    count = int(conv.last_seq) - int(conv.first_seq) + 1
+    conn.execute(q.delete_messages(cid))
+    conn.execute(q.update_conversation(
+        cid, first_seq=1, last_seq=0, token_count=0, updated_at=utcnow()
+    ))
+    return count
+
+
+# ---- reads ----------------------------------------------------------------------------
+
+
+def read_messages(
+    conn: Connection,
+    cid: str,
+    start: int | None,
+    stop: int | None,
+    limit: int | None,
+    newest_first: bool,
+) -> list[StoredMessage]:
+    """Messages of one conversation in a seq range."""
+    _conversation_row(conn, cid)
+    stmt = q.messages_range(cid, start=start, stop=stop, limit=limit, newest_first=newest_first)
+    return [to_stored(r) for r in conn.execute(stmt)]
+
+
+def get_message(conn: Connection, cid: str, seq: int) -> StoredMessage:
+    """One message by seq."""
+    row = conn.execute(q.messages_range(cid, start=seq, stop=seq + 1)).first()
+    if row is None:
+        _conversation_row(conn, cid)
+        raise MessageNotFoundError(cid, seq)
+    return to_stored(row)
+
+
+def count_tokens(conn: Connection, cid: str) -> int:
+    """Sum of the stored per-message token counts (from the conversation row, O(1))."""
+    return int(_conversation_row(conn, cid).token_count)
+
+
+class SQLHistory:
+    """:class:`memstore.history.HistorySource` over one conversation's rows.
+
+    Every read is an indexed range on ``(conversation_id, seq)``; anchored
+    messages come through the partial index. ``rows_read`` counts returned rows.
+    """
+
+    def __init__(self, conn: Connection, conv: Row[Any]) -> None:
+        self._conn = conn
+        self._cid: str = conv.id
+        self._first = int(conv.first_seq)
+        self._last = int(conv.last_seq)
+        self._max_score = float(conv.max_score)
+        self._newest: datetime | None = None
+        self._newest_loaded = False
+        self.rows_read = 0
+
+    @property
+    def conversation_id(self) -> str:
+        """The conversation id."""
+        return self._cid
+
+    @property
+    def first_seq(self) -> int:
+        """Oldest stored seq."""
+        return self._first
+
+    @property
+    def last_seq(self) -> int:
+        """Newest stored seq."""
+        return self._last
+
+    @property
+    def message_count(self) -> int:
+        """Stored messages."""
+        return self._last - self._first + 1
+
+    @property
+    def max_score(self) -> float:
+        """Upper bound of stored base scores."""
+        return self._max_score
+
+    @property
+    def newest_created_at(self) -> datetime | None:
+        """``created_at`` of the newest message (one indexed lookup, on first use)."""
+        if not self._newest_loaded:
+            self._newest_loaded = True
+            if self._last >= self._first:
+                rows = self.read(self._last, self._last + 1)
+                self._newest = rows[0].created_at if rows else None
+        return self._newest
+
+    def _run(self, stmt: Any) -> list[StoredMessage]:
+        out = [to_stored(r) for r in self._conn.execute(stmt)]
+        self.rows_read += len(out)
+        return out
+
+    def anchored(self) -> list[StoredMessage]:
+        """Anchored messages, chronological."""
+        return self._run(q.anchored_messages(self._cid))
+
+    def read(self, start: int, stop: int) -> list[StoredMessage]:
+        """Messages in ``[start, stop)``, chronological."""
+        if stop <= start:
+            return []
+        return self._run(q.messages_range(self._cid, start=start, stop=stop))
+
+    def read_newest_first(self, before: int, limit: int) -> list[StoredMessage]:
+        """Up to ``limit`` messages older than ``before``, newest first."""
+        if limit <= 0 or before <= self._first:
+            return []
+        return self._run(q.messages_range(self._cid, stop=before, limit=limit, newest_first=True))
+
+
+def window(conn: Connection, cid: str, view: Any, counter: Any) -> Any:
+    """Select a window through ``view`` (pure) over this conversation's rows."""
+    source = SQLHistory(conn, _conversation_row(conn, cid))
+    return view.select(source, counter)
+
+
+# ---- state ----------------------------------------------------------------------------
+
+
+def save_state(
+    conn: Connection, cid: str, view_config: dict[str, Any] | None
+) -> ConversationState:
+    """Snapshot one conversation (every message) as a ConversationState."""
+    conv = _conversation_row(conn, cid)
+    msgs = [to_stored(r) for r in conn.execute(q.messages_range(cid))]
+    return ConversationState(
+        conversation=_to_conversation(conv), messages=msgs, view=view_config
+    )
+
+
+def load_state(
+    conn: Connection, state: ConversationState, cid: str, replace: bool
+) -> Conversation:
+    """Write a snapshot into conversation ``cid`` (one transaction).
+
+    ``replace=True`` makes the conversation exactly the snapshot (seqs, timestamps,
+    scores, token counts, client ids kept). ``replace=False`` appends the snapshot's
+    messages after the stored ones (new seqs; everything else kept).
+    """
+    src = state.messages
+    if src and src[-1].seq - src[0].seq + 1 != len(src):
+        raise InvalidInputError("state messages must have contiguous seqs")
+    dialect = conn.dialect.name
+    existing = conn.execute(q.conversation(cid, for_update=True)).first()
+    c = state.conversation
+    if existing is None or replace:
+        if existing is not None:
+            conn.execute(q.delete_messages(cid))
+            conn.execute(q.delete_conversation(cid))
+        first = src[0].seq if src else 1
+        conn.execute(q.insert_conversation({
+            "id": cid, "created_at": c.created_at, "updated_at": c.updated_at,
+            "metadata": dict(c.metadata), "first_seq": first, "last_seq": first + len(src) - 1,
+            "token_count": sum(m.token_count for m in src),
+            "max_score": max([1.0, *(m.score for m in src)]),
+        }))
+        seqs = [m.seq for m in src]
+    else:
+        if not src:
+            return _to_conversation(existing)
+        top = max([1.0, *(m.score for m in src)])
+        last = conn.execute(q.allocate_seqs(
+            dialect, cid, utcnow(), len(src), sum(m.token_count for m in src), top
+        )).scalar_one()
+        seqs = list(range(int(last) - len(src) + 1, int(last) + 1))
+    rows = []
+    for m, seq in zip(src, seqs):
+        row = _message_row(cid, seq, Prepared(m, m.token_count), m.id, m.token_counter,
+                           m.created_at)
+        rows.append(row)
+    for start in range(0, len(rows), INSERT_CHUNK):
+        conn.execute(q.insert_messages(), rows[start:start + INSERT_CHUNK])
+    return _to_conversation(_conversation_row(conn, cid))

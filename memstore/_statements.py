@@ -1,0 +1,165 @@
+"""SQL statement builders shared by the sync and async stores.
+
+Pure functions: they build SQLAlchemy Core statements and never execute them.
+Every statement here is scoped to one conversation id except
+:func:`list_conversations` (an administrative listing, not a hot path).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Delete, Select, Update, and_, case, delete, func, literal, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.sql.dml import Insert, ReturningInsert
+
+from memstore.schema import conversations, messages
+
+__all__ = [
+    "allocate_seqs",
+    "anchored_messages",
+    "conversation",
+    "delete_conversation",
+    "delete_messages",
+    "insert_conversation",
+    "insert_messages",
+    "list_conversations",
+    "messages_by_ids",
+    "messages_range",
+    "sum_tokens",
+    "update_conversation",
+    "update_message",
+]
+
+C = conversations.c
+M = messages.c
+
+#: Columns a StoredMessage is built from, in a fixed order.
+MESSAGE_COLUMNS = (
+    M.conversation_id, M.seq, M.message_id, M.role, M.content_text, M.content_parts, M.name,
+    M.tool_calls, M.tool_call_id, M.score, M.pinned, M.token_count, M.token_counter,
+    M.created_at, M.metadata,
+)
+
+
+def conversation(cid: str, *, for_update: bool = False) -> Select[Any]:
+    """The conversation row; ``for_update`` locks it (PostgreSQL; SQLite is locked by BEGIN IMMEDIATE)."""
+    stmt = select(conversations).where(C.id == cid)
+    return stmt.with_for_update() if for_update else stmt
+
+
+def list_conversations(limit: int, after: str | None) -> Select[Any]:
+    """Conversations ordered by id, keyset-paginated."""
+    stmt = select(conversations).order_by(C.id).limit(limit)
+    return stmt.where(C.id > after) if after is not None else stmt
+
+
+def insert_conversation(values: dict[str, Any]) -> Insert:
+    """Insert one conversation row."""
+    return conversations.insert().values(**values)
+
+
+def allocate_seqs(
+    dialect: str, cid: str, now: datetime, count: int, tokens: int, max_score: float
+) -> ReturningInsert[Any]:
+    """Reserve ``count`` seqs in one statement and return the new ``last_seq``.
+
+    ``INSERT ... ON CONFLICT (id) DO UPDATE SET last_seq = last_seq + count ...
+    RETURNING last_seq``: creates the conversation on first use, and on PostgreSQL
+    holds the conversation row lock until commit, so concurrent writers to one
+    conversation queue up and seqs stay gap-free. With ``count=0`` it only takes
+    the lock.
+    """
+    insert_fn = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    ins = insert_fn(conversations).values(
+        id=cid, created_at=now, updated_at=now, metadata={}, first_seq=1,
+        last_seq=count, token_count=tokens, max_score=max_score,
+    )
+    excluded = ins.excluded
+    return ins.on_conflict_do_update(
+        index_elements=[C.id],
+        set_={
+            "last_seq": C.last_seq + excluded.last_seq,
+            "token_count": C.token_count + excluded.token_count,
+            "max_score": case((excluded.max_score > C.max_score, excluded.max_score),
+                              else_=C.max_score),
+            "updated_at": case((excluded.last_seq > 0, excluded.updated_at), else_=C.updated_at),
+        },
+    ).returning(C.last_seq)
+
+
+def update_conversation(cid: str, **values: Any) -> Update:
+    """Update fields of one conversation row."""
+    return update(conversations).where(C.id == cid).values(**values)
+
+
+def delete_conversation(cid: str) -> Delete:
+    """Delete one conversation (its messages go by ON DELETE CASCADE and explicitly)."""
+    return delete(conversations).where(C.id == cid)
+
+
+def insert_messages() -> Insert:
+    """Insert message rows (executed with a list of parameter dicts)."""
+    return messages.insert()
+
+
+def messages_range(
+    cid: str,
+    *,
+    start: int | None = None,
+    stop: int | None = None,
+    limit: int | None = None,
+    newest_first: bool = False,
+) -> Select[Any]:
+    """Messages with ``start <= seq < stop`` over the ``(conversation_id, seq)`` key."""
+    conds = [M.conversation_id == cid]
+    if start is not None:
+        conds.append(M.seq >= start)
+    if stop is not None:
+        conds.append(M.seq < stop)
+    stmt = select(*MESSAGE_COLUMNS).where(and_(*conds))
+    stmt = stmt.order_by(M.seq.desc() if newest_first else M.seq)
+    return stmt.limit(limit) if limit is not None else stmt
+
+
+def anchored_messages(cid: str) -> Select[Any]:
+    """Anchored messages (system, developer, pinned) through the partial index."""
+    return select(*MESSAGE_COLUMNS).where(M.conversation_id == cid, M.anchored).order_by(M.seq)
+
+
+def messages_by_ids(cid: str, ids: list[str]) -> Select[Any]:
+    """Messages with the given client ids (the idempotency lookup)."""
+    return select(*MESSAGE_COLUMNS).where(M.conversation_id == cid, M.message_id.in_(ids))
+
+
+def sum_tokens(cid: str, *, start: int | None = None, stop: int | None = None) -> Select[Any]:
+    """``(count, sum(token_count))`` of messages in ``[start, stop)``."""
+    conds = [M.conversation_id == cid]
+    if start is not None:
+        conds.append(M.seq >= start)
+    if stop is not None:
+        conds.append(M.seq < stop)
+    return select(func.count(), func.coalesce(func.sum(M.token_count), literal(0))).where(
+        and_(*conds)
+    )
+
+
+def delete_messages(cid: str, *, start: int | None = None, stop: int | None = None) -> Delete:
+    """Delete messages with ``start <= seq < stop``."""
+    conds = [M.conversation_id == cid]
+    if start is not None:
+        conds.append(M.seq >= start)
+    if stop is not None:
+        conds.append(M.seq < stop)
+    return delete(messages).where(and_(*conds))
+
+
+def update_message(cid: str, seq: int, **values: Any) -> Any:
+    """Update one message and return its row."""
+    return (
+        update(messages)
+        .where(M.conversation_id == cid, M.seq == seq)
+        .values(**values)
+        .returning(*MESSAGE_COLUMNS)
+    )

@@ -1,0 +1,286 @@
+"""``AsyncMemoryStore``: the full store on asyncio, built from the same plans as the sync one.
+
+Example:
+    >>> import asyncio
+    >>> from memstore import AsyncMemoryStore, Message, TokenLimitedView
+    >>> async def main() -> list[str]:
+    ...     async with AsyncMemoryStore("sqlite+aiosqlite://") as store:
+    ...         await store.append("chat-1", Message.user("Hello!"))
+    ...         window = await store.window("chat-1", TokenLimitedView(token_limit=4000))
+    ...         return [m["role"] for m in window.to_openai()]
+    >>> asyncio.run(main())
+    ['user']
+
+Each method validates its arguments and builds a :class:`memstore._base.Plan`
+exactly as :class:`memstore.MemoryStore` does; the plan's SQL (in
+:mod:`memstore._ops`) runs through ``AsyncConnection.run_sync``, so there is one
+implementation. Large batches are validated and tokenised in a worker thread, and
+inserted in chunks, so the event loop keeps running during a big ``extend``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from memstore import _base
+from memstore._base import MessageLike, MigrateMode, Plan, Planner
+from memstore._engine import default_url, install_sqlite_hooks, make_async_engine, write_options
+from memstore.errors import ConfigurationError, ConversationNotFoundError, translate_db_errors
+from memstore.models import (
+    ContextWindow,
+    Conversation,
+    ConversationState,
+    Message,
+    StoredMessage,
+)
+from memstore.tokens import TokenCounter, default_counter
+
+__all__ = ["AsyncChatContext", "AsyncMemoryStore"]
+
+#: Batches larger than this are validated and tokenised in a worker thread.
+THREAD_PREPARE_THRESHOLD = 16
+
+
+class AsyncMemoryStore:
+    """:class:`memstore.MemoryStore` on asyncio: same methods, as coroutines.
+
+    Args:
+        url: database URL; sync URLs are mapped to asyncio drivers
+            (``sqlite://`` → aiosqlite, ``postgresql://`` → psycopg 3 async;
+            ``postgresql+asyncpg://`` is used as given). Default: ``MEMSTORE_URL``,
+            else ``sqlite:///./memstore.db``.
+        engine: an existing :class:`sqlalchemy.ext.asyncio.AsyncEngine`, used as is.
+        counter: the default token counter (default: offline tiktoken cl100k_base).
+        migrate: as for MemoryStore; applied on first use (or ``await store.setup()``).
+        busy_timeout: seconds a SQLite writer waits for the write lock.
+        **engine_options: passed to :func:`create_async_engine` (one pool per store,
+            sized by you: ``pool_size``, ``max_overflow``…).
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        engine: AsyncEngine | None = None,
+        counter: TokenCounter | None = None,
+        migrate: MigrateMode = "auto",
+        busy_timeout: float = 30.0,
+        **engine_options: Any,
+    ) -> None:
+        if url is not None and engine is not None:
+            raise ConfigurationError("pass either url or engine, not both")
+        self._mode = _base.check_migrate_mode(migrate)
+        self._plan = Planner(counter if counter is not None else default_counter())
+        self._owns_engine = engine is None
+        if engine is None:
+            engine = make_async_engine(url or default_url(), busy_timeout=busy_timeout,
+                                       **engine_options)
+        else:
+            install_sqlite_hooks(engine.sync_engine, busy_timeout=busy_timeout)
+        self._engine = engine
+        self._ready = False
+        self._ready_lock = asyncio.Lock()
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The SQLAlchemy async engine the store uses."""
+        return self._engine
+
+    @property
+    def counter(self) -> TokenCounter:
+        """The store's default token counter."""
+        return self._plan.counter
+
+    async def setup(self) -> None:
+        """Apply the ``migrate`` policy now (otherwise done on first use).
+
+        Raises:
+            SchemaOutOfDateError: the server schema is behind memstore's head.
+        """
+        if self._ready:
+            return
+        async with self._ready_lock:
+            if self._ready:
+                return
+            with translate_db_errors():
+                async with self._engine.connect() as conn:
+                    await conn.execution_options(**write_options())
+                    async with conn.begin():
+                        await conn.run_sync(_base.ensure_schema, self._mode)
+            self._ready = True
+
+    async def _execute(self, plan: Plan) -> Any:
+        await self.setup()
+        prepared = None
+        if plan.prepare is not None:
+            if plan.prepare_items > THREAD_PREPARE_THRESHOLD:
+                prepared = await asyncio.to_thread(plan.prepare)
+            else:
+                prepared = plan.prepare()
+        with translate_db_errors():
+            async with self._engine.connect() as conn:
+                return await conn.run_sync(plan.run, prepared)
+
+    async def close(self) -> None:
+        """Release the store's connections (an injected engine is left open)."""
+        if self._owns_engine:
+            await self._engine.dispose()
+
+    async def __aenter__(self) -> AsyncMemoryStore:
+        await self.setup()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ---- conversations --------------------------------------------------------------
+
+    async def create_conversation(
+        self, id: str | None = None, metadata: dict[str, Any] | None = None
+    ) -> Conversation:
+        """Create an empty conversation (see :meth:`MemoryStore.create_conversation`)."""
+        return await self._execute(self._plan.create_conversation(id, metadata))  # type: ignore[no-any-return]
+
+    async def get_conversation(self, id: str) -> Conversation:
+        """Return one conversation (see :meth:`MemoryStore.get_conversation`)."""
+        return await self._execute(self._plan.get_conversation(id))  # type: ignore[no-any-return]
+
+    async def list_conversations(
+        self, limit: int = 100, after: str | None = None
+    ) -> list[Conversation]:
+        """Conversations ordered by id (see :meth:`MemoryStore.list_conversations`)."""
+        return await self._execute(self._plan.list_conversations(limit, after))  # type: ignore[no-any-return]
+
+    async def delete_conversation(self, id: str) -> None:
+        """Delete a conversation and its messages (see :meth:`MemoryStore.delete_conversation`)."""
+        await self._execute(self._plan.delete_conversation(id))
+
+    # ---- writing --------------------------------------------------------------------
+
+    async def append(self, conversation_id: str, message: MessageLike) -> StoredMessage:
+        """Store one message (see :meth:`MemoryStore.append`)."""
+        return await self._execute(self._plan.append(conversation_id, message))  # type: ignore[no-any-return]
+
+    async def extend(
+        self, conversation_id: str, messages: Iterable[MessageLike]
+    ) -> list[StoredMessage]:
+        """Store several messages atomically (see :meth:`MemoryStore.extend`)."""
+        return await self._execute(self._plan.extend(conversation_id, messages))  # type: ignore[no-any-return]
+
+    async def set_score(self, conversation_id: str, seq: int, score: float) -> StoredMessage:
+        """Set a message's base importance (see :meth:`MemoryStore.set_score`)."""
+        return await self._execute(self._plan.set_score(conversation_id, seq, score))  # type: ignore[no-any-return]
+
+    async def pin(self, conversation_id: str, seq: int) -> StoredMessage:
+        """Pin a message (see :meth:`MemoryStore.pin`)."""
+        return await self._execute(self._plan.set_pinned(conversation_id, seq, True))  # type: ignore[no-any-return]
+
+    async def unpin(self, conversation_id: str, seq: int) -> StoredMessage:
+        """Unpin a message (see :meth:`MemoryStore.unpin`)."""
+        return await self._execute(self._plan.set_pinned(conversation_id, seq, False))  # type: ignore[no-any-return]
+
+    # ---- reading --------------------------------------------------------------------
+
+    async def messages(
+        self,
+        conversation_id: str,
+        *,
+        start: int | None = None,
+        stop: int | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> list[StoredMessage]:
+        """Stored messages in a seq range (see :meth:`MemoryStore.messages`)."""
+        plan = self._plan.messages(conversation_id, start, stop, limit, newest_first)
+        return await self._execute(plan)  # type: ignore[no-any-return]
+
+    async def get_message(self, conversation_id: str, seq: int) -> StoredMessage:
+        """One stored message (see :meth:`MemoryStore.get_message`)."""
+        return await self._execute(self._plan.get_message(conversation_id, seq))  # type: ignore[no-any-return]
+
+    async def count_tokens(self, conversation_id: str) -> int:
+        """Stored token total (see :meth:`MemoryStore.count_tokens`)."""
+        return await self._execute(self._plan.count_tokens(conversation_id))  # type: ignore[no-any-return]
+
+    async def window(self, conversation_id: str, view: Any) -> ContextWindow:
+        """Assemble a context window (see :meth:`MemoryStore.window`)."""
+        return await self._execute(self._plan.window(conversation_id, view))  # type: ignore[no-any-return]
+
+    def context(self, conversation_id: str, view: Any) -> AsyncChatContext:
+        """A stateful async handle on one conversation read through ``view``."""
+        return AsyncChatContext(self, _base.check_conversation_id(conversation_id),
+                                _base.check_view(view))
+
+    # ---- destructive ----------------------------------------------------------------
+
+    async def pop(self, conversation_id: str, n: int = 1) -> list[StoredMessage]:
+        """Delete and return the newest messages (see :meth:`MemoryStore.pop`)."""
+        return await self._execute(self._plan.pop(conversation_id, n))  # type: ignore[no-any-return]
+
+    async def truncate(self, conversation_id: str, *, before_seq: int) -> int:
+        """Delete older messages (see :meth:`MemoryStore.truncate`)."""
+        return await self._execute(self._plan.truncate(conversation_id, before_seq))  # type: ignore[no-any-return]
+
+    async def clear(self, conversation_id: str) -> int:
+        """Delete every message (see :meth:`MemoryStore.clear`)."""
+        return await self._execute(self._plan.clear(conversation_id))  # type: ignore[no-any-return]
+
+    # ---- state ----------------------------------------------------------------------
+
+    async def save_state(self, conversation_id: str) -> ConversationState:
+        """Snapshot a conversation (see :meth:`MemoryStore.save_state`)."""
+        return await self._execute(self._plan.save_state(conversation_id))  # type: ignore[no-any-return]
+
+    async def load_state(
+        self,
+        state: ConversationState | dict[str, Any] | str,
+        conversation_id: str | None = None,
+        replace: bool = True,
+    ) -> Conversation:
+        """Write a snapshot into a conversation (see :meth:`MemoryStore.load_state`)."""
+        return await self._execute(self._plan.load_state(state, conversation_id, replace))  # type: ignore[no-any-return]
+
+
+class AsyncChatContext:
+    """:class:`memstore.store.ChatContext` on asyncio (``await ctx.add_message(...)``)."""
+
+    def __init__(self, store: AsyncMemoryStore, conversation_id: str, view: Any) -> None:
+        self._store = store
+        self.conversation_id = conversation_id
+        self.view = view
+
+    async def add_message(self, message: MessageLike) -> StoredMessage:
+        """Store a message."""
+        return await self._store.append(self.conversation_id, message)
+
+    async def get_messages(self) -> list[StoredMessage | Message]:
+        """The view's window as a list of messages (empty before the first message)."""
+        return list((await self.get_window()).messages)
+
+    async def get_window(self) -> ContextWindow:
+        """The view's window with its token count and report."""
+        try:
+            return await self._store.window(self.conversation_id, self.view)
+        except ConversationNotFoundError:
+            counter = _base.view_counter(self.view, self._store.counter)
+            return _base.empty_window(self.conversation_id, self.view, counter)
+
+    async def clear(self) -> int:
+        """Delete every stored message of the conversation (0 if it has none)."""
+        try:
+            return await self._store.clear(self.conversation_id)
+        except ConversationNotFoundError:
+            return 0
+
+    async def save_state(self) -> ConversationState:
+        """Snapshot the conversation with this context's view configuration."""
+        plan = self._store._plan.save_state(self.conversation_id, self.view)
+        return await self._store._execute(plan)  # type: ignore[no-any-return]
+
+    async def load_state(self, state: ConversationState | dict[str, Any] | str) -> None:
+        """Replace the conversation with ``state`` (one transaction)."""
+        await self._store.load_state(state, self.conversation_id, replace=True)

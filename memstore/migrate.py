@@ -1,0 +1,207 @@
+"""Programmatic schema migrations: memstore's packaged Alembic revisions.
+
+The revisions live in ``migrations/`` in the repository and ship inside the
+wheel as ``memstore/_migrations``, so an installed package migrates without the
+checkout and without an ``alembic.ini``::
+
+    from memstore import migrate
+    migrate.upgrade("postgresql+psycopg://user@host/db")
+    migrate.check(engine)            # raises SchemaOutOfDateError when behind
+
+The same functions back ``memstore db upgrade|downgrade|current|check``.
+memstore records its revision in its own table (``memstore_alembic_version``),
+so it coexists with a host application's Alembic history in one database.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+from typing import TextIO
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, text
+
+from memstore._engine import make_engine, write_options
+from memstore.errors import ConfigurationError, SchemaOutOfDateError, translate_db_errors
+from memstore.schema import VERSION_TABLE
+
+__all__ = [
+    "check",
+    "current",
+    "downgrade",
+    "heads",
+    "is_current",
+    "script_location",
+    "upgrade",
+]
+
+Bind = Engine | Connection | str
+
+# Arbitrary constant key for pg_advisory_xact_lock: one migrator at a time per database.
+_PG_LOCK_KEY = 0x6D656D73  # "mems"
+
+UPGRADE_HINT = "memstore db upgrade --url <database url>"
+
+
+def script_location() -> str:
+    """Directory holding memstore's Alembic environment and revisions.
+
+    The installed wheel carries them as ``memstore/_migrations``; an editable or
+    source checkout uses ``<repo>/migrations``.
+    """
+    packaged = resources.files("memstore") / "_migrations"
+    if packaged.is_dir() and (packaged / "env.py").is_file():
+        return str(packaged)
+    checkout = Path(__file__).resolve().parent.parent / "migrations"
+    if (checkout / "env.py").is_file():
+        return str(checkout)
+    raise ConfigurationError(
+        "memstore's migration scripts are missing: neither memstore/_migrations nor "
+        "the checkout's migrations/ directory exists (reinstall memstore)"
+    )
+
+
+def _config(connection: Connection | None = None, *, output: TextIO | None = None) -> Config:
+    cfg = Config(output_buffer=output) if output is not None else Config()
+    cfg.set_main_option("script_location", script_location())
+    cfg.set_main_option("version_table", VERSION_TABLE)
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+def heads() -> tuple[str, ...]:
+    """The head revision(s) of memstore's migration scripts (exactly one)."""
+    return tuple(ScriptDirectory.from_config(_config()).get_heads())
+
+
+@contextmanager
+def _connection(bind: Bind, *, write: bool) -> Iterator[Connection]:
+    """A connection inside a transaction; writers take the migration lock."""
+    if isinstance(bind, Connection):
+        if write:
+            _take_lock(bind)
+        yield bind
+        return
+    engine = make_engine(bind) if isinstance(bind, str) else bind
+    try:
+        with translate_db_errors(), engine.connect() as conn:
+            if write:
+                conn.execution_options(**write_options())
+            with conn.begin():
+                if write:
+                    _take_lock(conn)
+                yield conn
+    finally:
+        if isinstance(bind, str):
+            engine.dispose()
+
+
+def _take_lock(conn: Connection) -> None:
+    # SQLite: the write transaction is BEGIN IMMEDIATE, which already excludes other writers.
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_LOCK_KEY})
+
+
+def current(bind: Bind) -> tuple[str, ...]:
+    """The revision(s) the database is at (empty when memstore's tables were never created)."""
+    with _connection(bind, write=False) as conn:
+        return _current(conn)
+
+
+def _current(conn: Connection) -> tuple[str, ...]:
+    ctx = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+    return tuple(ctx.get_current_heads())
+
+
+def is_current(bind: Bind) -> bool:
+    """Whether the database schema is at memstore's head revision."""
+    with _connection(bind, write=False) as conn:
+        return set(_current(conn)) == set(heads())
+
+
+def check(bind: Bind) -> None:
+    """Raise :class:`SchemaOutOfDateError` unless the schema is at memstore's head.
+
+    The error names the command that fixes it.
+    """
+    with _connection(bind, write=False) as conn:
+        check_connection(conn)
+
+
+def check_connection(conn: Connection) -> None:
+    """:func:`check` on an open connection (used by the stores)."""
+    at = _current(conn)
+    want = heads()
+    if set(at) != set(want):
+        where = ", ".join(at) if at else "no memstore schema"
+        raise SchemaOutOfDateError(
+            f"the database schema is at {where}; this memstore needs {', '.join(want)}. "
+            f"Run `{UPGRADE_HINT}` (or memstore.migrate.upgrade(engine))."
+        )
+
+
+def upgrade_connection(conn: Connection, revision: str = "head") -> None:
+    """Upgrade on an open connection whose transaction the caller manages."""
+    _take_lock(conn)
+    if revision == "head" and set(_current(conn)) == set(heads()):
+        return
+    command.upgrade(_config(conn), revision)
+
+
+def upgrade(
+    bind: Bind, revision: str = "head", *, sql: bool = False, output: TextIO | None = None
+) -> str | None:
+    """Upgrade the database to ``revision`` (default: head), in one transaction.
+
+    Args:
+        bind: an Engine, a Connection, or a database URL.
+        revision: the target revision.
+        sql: do not touch the database; return the DDL a DBA would run instead
+            (``bind`` must then be a URL or Engine, used for its dialect only).
+        output: where to write the DDL in ``sql`` mode (default: returned as a string).
+
+    Returns:
+        The DDL text in ``sql`` mode, else ``None``.
+    """
+    if sql:
+        return _offline(bind, f"{revision}" if ":" in revision else f"base:{revision}",
+                        "upgrade", output)
+    with _connection(bind, write=True) as conn:
+        upgrade_connection(conn, revision)
+    return None
+
+
+def downgrade(
+    bind: Bind, revision: str, *, sql: bool = False, output: TextIO | None = None
+) -> str | None:
+    """Downgrade the database to ``revision`` (``"base"`` removes memstore's tables)."""
+    if sql:
+        return _offline(bind, f"head:{revision}", "downgrade", output)
+    with _connection(bind, write=True) as conn:
+        command.downgrade(_config(conn), revision)
+    return None
+
+
+def _offline(bind: Bind, revision: str, direction: str, output: TextIO | None) -> str | None:
+    if isinstance(bind, Connection):
+        url = bind.engine.url
+    elif isinstance(bind, Engine):
+        url = bind.url
+    else:
+        from sqlalchemy.engine import make_url
+
+        url = make_url(bind)
+    buffer = output or io.StringIO()
+    cfg = _config(output=buffer)
+    cfg.set_main_option("sqlalchemy.url", url.render_as_string(hide_password=False).replace(
+        "%", "%%"))
+    getattr(command, direction)(cfg, revision, sql=True)
+    return buffer.getvalue() if output is None and isinstance(buffer, io.StringIO) else None

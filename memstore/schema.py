@@ -1,0 +1,141 @@
+"""SQLAlchemy tables: the single ``target_metadata`` of memstore's Alembic migrations.
+
+Two tables, both keyed by the conversation id so that every hot statement is
+scoped to one conversation (and a sharded deployment can distribute both tables
+on ``conversation_id``):
+
+* ``memstore_conversations``: one row per conversation; it hands out seqs
+  (``last_seq``) under a row lock and keeps running totals so that counts never
+  scan history.
+* ``memstore_messages``: primary key ``(conversation_id, seq)``, which is the index
+  every window walks newest-first. A partial index covers anchored messages
+  (system, developer, pinned) so views fetch them without scanning.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    DateTime,
+    Double,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import JSON, TypeDecorator
+
+__all__ = ["VERSION_TABLE", "conversations", "messages", "metadata"]
+
+#: memstore's own Alembic version table, so it can live beside a host application's.
+VERSION_TABLE = "memstore_alembic_version"
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+#: JSON on SQLite, JSONB on PostgreSQL.
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timezone-aware timestamp that always comes back as UTC.
+
+    SQLite has no timezone type: values are stored as naive UTC and tagged UTC on
+    the way out. PostgreSQL stores ``timestamptz``.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("memstore timestamps must be timezone-aware")
+        value = value.astimezone(timezone.utc)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)  # type: ignore[no-any-return]
+
+
+ROLE_CHECK = "role IN ('system', 'developer', 'user', 'assistant', 'tool')"
+
+conversations = Table(
+    "memstore_conversations",
+    metadata,
+    Column("id", String(255), nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    Column("metadata", JSONType, nullable=False),
+    # Live seqs are exactly [first_seq, last_seq]; message_count = last_seq - first_seq + 1.
+    Column("first_seq", BigInteger(), nullable=False, server_default=text("1")),
+    Column("last_seq", BigInteger(), nullable=False, server_default=text("0")),
+    Column("token_count", BigInteger(), nullable=False, server_default=text("0")),
+    # Upper bound of every stored base score; only ever raised (a stale bound is still a bound).
+    Column("max_score", Double(), nullable=False, server_default=text("1.0")),
+    PrimaryKeyConstraint("id"),
+    CheckConstraint("first_seq >= 1", name="first_seq_positive"),
+    CheckConstraint("last_seq >= first_seq - 1", name="seq_range"),
+)
+
+messages = Table(
+    "memstore_messages",
+    metadata,
+    Column("conversation_id", String(255), nullable=False),
+    Column("seq", BigInteger(), nullable=False),
+    Column("message_id", String(255), nullable=False),
+    Column("role", String(16), nullable=False),
+    Column("content_text", Text(), nullable=True),
+    Column("content_parts", JSONType, nullable=True),
+    Column("name", String(255), nullable=True),
+    Column("tool_calls", JSONType, nullable=True),
+    Column("tool_call_id", String(255), nullable=True),
+    Column("score", Double(), nullable=False, server_default=text("1.0")),
+    Column("pinned", Boolean(), nullable=False, server_default=text("false")),
+    Column("anchored", Boolean(), nullable=False, server_default=text("false")),
+    Column("token_count", Integer(), nullable=False),
+    Column("token_counter", String(64), nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("metadata", JSONType, nullable=False),
+    PrimaryKeyConstraint("conversation_id", "seq"),
+    ForeignKeyConstraint(
+        ["conversation_id"], ["memstore_conversations.id"], ondelete="CASCADE"
+    ),
+    UniqueConstraint("conversation_id", "message_id"),
+    CheckConstraint(ROLE_CHECK, name="role"),
+    CheckConstraint("score >= 0", name="score_nonnegative"),
+    CheckConstraint("token_count >= 0", name="token_count_nonnegative"),
+    Index(
+        "ix_memstore_messages_anchored",
+        "conversation_id",
+        "seq",
+        sqlite_where=text("anchored"),
+        postgresql_where=text("anchored"),
+    ),
+)

@@ -1,0 +1,305 @@
+"""``MemoryStore``: durable conversation memory on SQLite or PostgreSQL (synchronous).
+
+Example:
+    >>> from memstore import MemoryStore, Message, TokenLimitedView
+    >>> store = MemoryStore("sqlite://")                  # in-memory; default: ./memstore.db
+    >>> _ = store.append("chat-1", Message.system("You are terse."))
+    >>> _ = store.append("chat-1", Message.user("Hello!"))
+    >>> window = store.window("chat-1", TokenLimitedView(token_limit=4000))
+    >>> [m["role"] for m in window.to_openai()]
+    ['system', 'user']
+    >>> store.close()
+
+Every public method validates its arguments, builds a :class:`memstore._base.Plan`
+and runs it in one transaction. :class:`memstore.aio.AsyncMemoryStore` has the same
+methods built from the same plans; only the ``await`` differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import Engine
+
+from memstore import _base
+from memstore._base import MessageLike, MigrateMode, Plan, Planner
+from memstore._engine import default_url, install_sqlite_hooks, make_engine, write_options
+from memstore.errors import ConfigurationError, ConversationNotFoundError, translate_db_errors
+from memstore.models import (
+    ContextWindow,
+    Conversation,
+    ConversationState,
+    Message,
+    StoredMessage,
+)
+from memstore.tokens import TokenCounter, default_counter
+
+__all__ = ["ChatContext", "MemoryStore"]
+
+
+class MemoryStore:
+    """Conversation memory in a SQL database, with token-budgeted context windows.
+
+    Args:
+        url: database URL (``sqlite:///path.db``, ``postgresql://user@host/db``).
+            Default: ``MEMSTORE_URL``, else ``sqlite:///./memstore.db``.
+        engine: an existing :class:`sqlalchemy.Engine` to use as is (instead of
+            ``url``). memstore never disposes an injected engine. On SQLite it
+            installs its connection hooks (WAL, ``BEGIN IMMEDIATE`` for writes).
+        counter: the default token counter; each message is counted with it once,
+            at write time. Default: ``TiktokenCounter("cl100k_base")`` (offline).
+        migrate: ``"auto"`` (upgrade an embedded SQLite database; check that a server
+            database is at head), ``"check"``, ``"upgrade"`` or ``"off"``.
+        busy_timeout: seconds a SQLite writer waits for the write lock.
+        **engine_options: passed to :func:`sqlalchemy.create_engine` (``pool_size``…).
+
+    Raises:
+        SchemaOutOfDateError: the server schema is behind; the message names
+            ``memstore db upgrade``.
+        ConfigurationError: conflicting or invalid arguments.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        engine: Engine | None = None,
+        counter: TokenCounter | None = None,
+        migrate: MigrateMode = "auto",
+        busy_timeout: float = 30.0,
+        **engine_options: Any,
+    ) -> None:
+        if url is not None and engine is not None:
+            raise ConfigurationError("pass either url or engine, not both")
+        mode = _base.check_migrate_mode(migrate)
+        self._plan = Planner(counter if counter is not None else default_counter())
+        self._owns_engine = engine is None
+        if engine is None:
+            engine = make_engine(url or default_url(), busy_timeout=busy_timeout,
+                                 **engine_options)
+        else:
+            install_sqlite_hooks(engine, busy_timeout=busy_timeout)
+        self._engine = engine
+        try:
+            with translate_db_errors(), engine.connect() as conn:
+                conn.execution_options(**write_options())
+                with conn.begin():
+                    _base.ensure_schema(conn, mode)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine the store uses."""
+        return self._engine
+
+    @property
+    def counter(self) -> TokenCounter:
+        """The store's default token counter."""
+        return self._plan.counter
+
+    def _execute(self, plan: Plan) -> Any:
+        prepared = plan.prepare() if plan.prepare is not None else None
+        with translate_db_errors(), self._engine.connect() as conn:
+            return plan.run(conn, prepared)
+
+    def close(self) -> None:
+        """Release the store's connections (an injected engine is left open)."""
+        if self._owns_engine:
+            self._engine.dispose()
+
+    def __enter__(self) -> MemoryStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- conversations --------------------------------------------------------------
+
+    def create_conversation(
+        self, id: str | None = None, metadata: dict[str, Any] | None = None
+    ) -> Conversation:
+        """Create an empty conversation.
+
+        Args:
+            id: the conversation id (1–255 characters); a UUID string when omitted.
+            metadata: a JSON object stored with the conversation.
+
+        Raises:
+            ConflictError: a conversation with this id exists.
+        """
+        return self._execute(self._plan.create_conversation(id, metadata))  # type: ignore[no-any-return]
+
+    def get_conversation(self, id: str) -> Conversation:
+        """Return one conversation. Raises ConversationNotFoundError when unknown."""
+        return self._execute(self._plan.get_conversation(id))  # type: ignore[no-any-return]
+
+    def list_conversations(self, limit: int = 100, after: str | None = None) -> list[Conversation]:
+        """Conversations ordered by id, ``limit`` at a time, starting after id ``after``."""
+        return self._execute(self._plan.list_conversations(limit, after))  # type: ignore[no-any-return]
+
+    def delete_conversation(self, id: str) -> None:
+        """Delete a conversation and all its messages (one transaction)."""
+        self._execute(self._plan.delete_conversation(id))
+
+    # ---- writing --------------------------------------------------------------------
+
+    def append(self, conversation_id: str, message: MessageLike) -> StoredMessage:
+        """Store one message at the end of a conversation (created on first use).
+
+        Its token count is computed once, now, with the store's counter. A message
+        whose ``id`` is already stored returns the stored row if the content is the
+        same, and raises ConflictError if it differs: retries never duplicate.
+
+        Args:
+            conversation_id: the conversation.
+            message: a :class:`Message` or an OpenAI chat message dict.
+
+        Raises:
+            pydantic.ValidationError: the message is invalid (nothing is written).
+            ConflictError: the message id is stored with other content.
+        """
+        return self._execute(self._plan.append(conversation_id, message))  # type: ignore[no-any-return]
+
+    def extend(self, conversation_id: str, messages: Iterable[MessageLike]) -> list[StoredMessage]:
+        """Store several messages in one transaction: all of them or none."""
+        return self._execute(self._plan.extend(conversation_id, messages))  # type: ignore[no-any-return]
+
+    def set_score(self, conversation_id: str, seq: int, score: float) -> StoredMessage:
+        """Set a message's base importance (finite, >= 0)."""
+        return self._execute(self._plan.set_score(conversation_id, seq, score))  # type: ignore[no-any-return]
+
+    def pin(self, conversation_id: str, seq: int) -> StoredMessage:
+        """Pin a message: every view keeps it (with its tool unit), like a system message."""
+        return self._execute(self._plan.set_pinned(conversation_id, seq, True))  # type: ignore[no-any-return]
+
+    def unpin(self, conversation_id: str, seq: int) -> StoredMessage:
+        """Unpin a message."""
+        return self._execute(self._plan.set_pinned(conversation_id, seq, False))  # type: ignore[no-any-return]
+
+    # ---- reading --------------------------------------------------------------------
+
+    def messages(
+        self,
+        conversation_id: str,
+        *,
+        start: int | None = None,
+        stop: int | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> list[StoredMessage]:
+        """Stored messages with ``start <= seq < stop``, chronological or newest first."""
+        plan = self._plan.messages(conversation_id, start, stop, limit, newest_first)
+        return self._execute(plan)  # type: ignore[no-any-return]
+
+    def get_message(self, conversation_id: str, seq: int) -> StoredMessage:
+        """One stored message; MessageNotFoundError when there is none at ``seq``."""
+        return self._execute(self._plan.get_message(conversation_id, seq))  # type: ignore[no-any-return]
+
+    def count_tokens(self, conversation_id: str) -> int:
+        """Sum of the stored per-message token counts of a conversation (O(1))."""
+        return self._execute(self._plan.count_tokens(conversation_id))  # type: ignore[no-any-return]
+
+    def window(self, conversation_id: str, view: Any) -> ContextWindow:
+        """Assemble a context window through ``view``. Reading never writes.
+
+        Cost grows with the window, not the history: the view reads the
+        conversation newest-first in pages and stops when older messages can no
+        longer change its result.
+
+        Raises:
+            ConversationNotFoundError: unknown conversation.
+            ContextBudgetError: anchored messages and the newest complete unit do not
+                fit a budgeted view's limit.
+        """
+        return self._execute(self._plan.window(conversation_id, view))  # type: ignore[no-any-return]
+
+    def context(self, conversation_id: str, view: Any) -> ChatContext:
+        """A stateful handle on one conversation read through ``view``."""
+        return ChatContext(self, _base.check_conversation_id(conversation_id),
+                           _base.check_view(view))
+
+    # ---- destructive ----------------------------------------------------------------
+
+    def pop(self, conversation_id: str, n: int = 1) -> list[StoredMessage]:
+        """Delete and return the ``n`` newest messages (chronological)."""
+        return self._execute(self._plan.pop(conversation_id, n))  # type: ignore[no-any-return]
+
+    def truncate(self, conversation_id: str, *, before_seq: int) -> int:
+        """Delete messages with ``seq < before_seq``; returns how many were deleted."""
+        return self._execute(self._plan.truncate(conversation_id, before_seq))  # type: ignore[no-any-return]
+
+    def clear(self, conversation_id: str) -> int:
+        """Delete every message (the conversation stays; seqs restart at 1)."""
+        return self._execute(self._plan.clear(conversation_id))  # type: ignore[no-any-return]
+
+    # ---- state ----------------------------------------------------------------------
+
+    def save_state(self, conversation_id: str) -> ConversationState:
+        """Snapshot a conversation as a versioned, JSON-serialisable document."""
+        return self._execute(self._plan.save_state(conversation_id))  # type: ignore[no-any-return]
+
+    def load_state(
+        self,
+        state: ConversationState | dict[str, Any] | str,
+        conversation_id: str | None = None,
+        replace: bool = True,
+    ) -> Conversation:
+        """Write a snapshot into a conversation, in one transaction.
+
+        Args:
+            state: a ConversationState, its dict, or its JSON text.
+            conversation_id: the target; default: the snapshot's own id.
+            replace: make the conversation exactly the snapshot (default: seqs,
+                timestamps, scores and ids kept); ``False`` appends the snapshot's
+                messages after the stored ones.
+        """
+        return self._execute(self._plan.load_state(state, conversation_id, replace))  # type: ignore[no-any-return]
+
+
+class ChatContext:
+    """One conversation read through one view (autogen's ChatCompletionContext, persisted).
+
+    Created by :meth:`MemoryStore.context`. ``add_message`` stores at once;
+    ``get_messages`` returns the view's window. Unlike autogen, ``save_state``
+    snapshots the stored history (every message, not the view) plus the view's
+    configuration, and ``load_state`` is one transaction.
+    """
+
+    def __init__(self, store: MemoryStore, conversation_id: str, view: Any) -> None:
+        self._store = store
+        self.conversation_id = conversation_id
+        self.view = view
+
+    def add_message(self, message: MessageLike) -> StoredMessage:
+        """Store a message."""
+        return self._store.append(self.conversation_id, message)
+
+    def get_messages(self) -> list[StoredMessage | Message]:
+        """The view's window as a list of messages (empty before the first message)."""
+        return list(self.get_window().messages)
+
+    def get_window(self) -> ContextWindow:
+        """The view's window with its token count and report."""
+        try:
+            return self._store.window(self.conversation_id, self.view)
+        except ConversationNotFoundError:
+            counter = _base.view_counter(self.view, self._store.counter)
+            return _base.empty_window(self.conversation_id, self.view, counter)
+
+    def clear(self) -> int:
+        """Delete every stored message of the conversation (0 if it has none)."""
+        try:
+            return self._store.clear(self.conversation_id)
+        except ConversationNotFoundError:
+            return 0
+
+    def save_state(self) -> ConversationState:
+        """Snapshot the conversation with this context's view configuration."""
+        return self._store._execute(self._store._plan.save_state(self.conversation_id, self.view))  # type: ignore[no-any-return]
+
+    def load_state(self, state: ConversationState | dict[str, Any] | str) -> None:
+        """Replace the conversation with ``state`` (one transaction)."""
+        self._store.load_state(state, self.conversation_id, replace=True)
