@@ -1,0 +1,139 @@
+"""Shared fixtures: one database fixture over SQLite and PostgreSQL, stores over sync and async.
+
+PostgreSQL comes from ``MEMSTORE_TEST_POSTGRES_URL`` (default: the local server at
+``127.0.0.1:5432``, user ``postgres``, database ``test``). Each test session creates
+its own database there and drops it at the end. When the server cannot be reached,
+the Postgres half is skipped with the reason, unless it is required
+(``--require-postgres``, ``MEMSTORE_REQUIRE_POSTGRES=1`` or ``CI=true``), in which
+case every Postgres test fails.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from memstore import migrate
+from memstore.tokens import FixedCounter
+
+DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--require-postgres", action="store_true",
+                     help="fail (do not skip) when PostgreSQL cannot be reached")
+
+
+def _required(config: pytest.Config) -> bool:
+    return bool(
+        config.getoption("--require-postgres")
+        or os.environ.get("MEMSTORE_REQUIRE_POSTGRES") == "1"
+        or os.environ.get("CI", "").lower() == "true"
+    )
+
+
+class PostgresServer:
+    """A reachable server and a throwaway database per test session."""
+
+    def __init__(self, admin_url: str) -> None:
+        self.admin_url = make_url(admin_url).set(drivername="postgresql+psycopg")
+        self.databases: list[str] = []
+        self._admin = create_engine(self.admin_url, isolation_level="AUTOCOMMIT",
+                                    pool_pre_ping=True)
+
+    def create_database(self, prefix: str = "memstore_test") -> str:
+        name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+        with self._admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+        self.databases.append(name)
+        return self.admin_url.set(database=name).render_as_string(hide_password=False)
+
+    def drop_all(self) -> None:
+        with self._admin.connect() as conn:
+            for name in self.databases:
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        self._admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def postgres(request: pytest.FixtureRequest) -> Iterator[PostgresServer]:
+    url = os.environ.get("MEMSTORE_TEST_POSTGRES_URL", DEFAULT_PG)
+    try:
+        engine = create_engine(url, connect_args={"connect_timeout": 3})
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        engine.dispose()
+    except Exception as exc:  # noqa: BLE001 - any failure means "not reachable"
+        reason = f"PostgreSQL not reachable at {make_url(url).render_as_string()}: {exc}"
+        if _required(request.config):
+            pytest.fail(f"{reason} (PostgreSQL is required in this run)")
+        pytest.skip(reason)
+    server = PostgresServer(url)
+    yield server
+    server.drop_all()
+
+
+@pytest.fixture(scope="session")
+def pg_url(postgres: PostgresServer) -> str:
+    """One migrated database shared by the session's Postgres tests (emptied per test)."""
+    url = postgres.create_database()
+    migrate.upgrade(url)
+    return url
+
+
+def _empty_pg(url: str) -> None:
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("TRUNCATE memstore_messages, memstore_conversations"))
+    engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> str:
+    """A migrated, empty database: a SQLite file, or the session's Postgres database."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'memstore.db'}"
+        migrate.upgrade(url)
+        return url
+    url: str = request.getfixturevalue("pg_url")
+    _empty_pg(url)
+    return url
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def empty_db_url(request: pytest.FixtureRequest, tmp_path: Any) -> str:
+    """A brand-new database with no tables at all (for migration tests)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'empty.db'}"
+    server: PostgresServer = request.getfixturevalue("postgres")
+    return server.create_database("memstore_mig")
+
+
+@pytest.fixture
+def counter() -> FixedCounter:
+    """A deterministic counter: 3 tokens per message plus one per word."""
+    return FixedCounter(per_message=3, per_word=1, per_tool_call=2, priming=3)
+
+
+@pytest.fixture(params=["sync", "async"])
+async def store(request: pytest.FixtureRequest, db_url: str,
+                counter: FixedCounter) -> AsyncIterator[Any]:
+    """A MemoryStore or an AsyncMemoryStore on ``db_url`` (use ``await call(...)``)."""
+    from memstore.aio import AsyncMemoryStore
+    from memstore.store import MemoryStore
+
+    if request.param == "sync":
+        sync_store = MemoryStore(db_url, counter=counter)
+        yield sync_store
+        sync_store.close()
+    else:
+        async_store = AsyncMemoryStore(db_url, counter=counter)
+        await async_store.setup()
+        yield async_store
+        await async_store.close()

@@ -1,0 +1,348 @@
+"""The store contract: every method, run on {sync, async} × {SQLite, PostgreSQL}."""
+
+from __future__ import annotations
+
+from datetime import timezone
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+
+from memstore.errors import (
+    ConflictError,
+    ConversationNotFoundError,
+    DatabaseError,
+    InvalidInputError,
+    MessageNotFoundError,
+    NotFoundError,
+)
+from memstore.models import ConversationState, ImagePart, ImageURL, Message, TextPart, ToolCall
+from tests.helpers import call
+
+pytestmark = pytest.mark.asyncio
+
+
+def _sync_engine(store: Any) -> Any:
+    engine = store.engine
+    return getattr(engine, "sync_engine", engine)
+
+
+async def _contents(store: Any, cid: str) -> list[tuple[int, str, Any]]:
+    return [(m.seq, m.role, m.content) for m in await call(store.messages(cid))]
+
+
+# ---- conversations ----------------------------------------------------------------------
+
+
+async def test_create_get_list_delete_conversation(store: Any) -> None:
+    conv = await call(store.create_conversation("alpha", metadata={"user": "u1", "n": [1, 2]}))
+    assert conv.id == "alpha"
+    assert conv.metadata == {"user": "u1", "n": [1, 2]}
+    assert conv.message_count == 0 and conv.token_count == 0
+    assert conv.created_at.tzinfo is not None
+    generated = await call(store.create_conversation())
+    assert len(generated.id) == 36
+    with pytest.raises(ConflictError, match="already exists"):
+        await call(store.create_conversation("alpha"))
+    got = await call(store.get_conversation("alpha"))
+    assert got == conv
+    for cid in ["x3", "x1", "x2"]:
+        await call(store.create_conversation(cid))
+    ids = [c.id for c in await call(store.list_conversations())]
+    assert ids == sorted(ids) and {"x1", "x2", "x3", "alpha"} <= set(ids)
+    # generated ids are hex UUIDs, which sort before "x"
+    page = await call(store.list_conversations(limit=2, after="x1"))
+    assert [c.id for c in page] == ["x2", "x3"]
+    await call(store.append("alpha", Message.user("x")))
+    await call(store.delete_conversation("alpha"))
+    with pytest.raises(ConversationNotFoundError):
+        await call(store.get_conversation("alpha"))
+    with pytest.raises(ConversationNotFoundError):
+        await call(store.delete_conversation("alpha"))
+
+
+async def test_unknown_ids_raise_not_found(store: Any) -> None:
+    for method, args in [
+        ("get_conversation", ("nope",)),
+        ("messages", ("nope",)),
+        ("get_message", ("nope", 1)),
+        ("count_tokens", ("nope",)),
+        ("set_score", ("nope", 1, 2.0)),
+        ("pin", ("nope", 1)),
+        ("unpin", ("nope", 1)),
+        ("pop", ("nope",)),
+        ("clear", ("nope",)),
+        ("save_state", ("nope",)),
+        ("delete_conversation", ("nope",)),
+    ]:
+        with pytest.raises(ConversationNotFoundError, match="'nope'"):
+            await call(getattr(store, method)(*args))
+    with pytest.raises(NotFoundError):
+        await call(store.truncate("nope", before_seq=2))
+    await call(store.append("c", Message.user("one")))
+    with pytest.raises(MessageNotFoundError, match="seq 5"):
+        await call(store.get_message("c", 5))
+    with pytest.raises(MessageNotFoundError):
+        await call(store.set_score("c", 5, 1.0))
+    with pytest.raises(MessageNotFoundError):
+        await call(store.pin("c", 2))
+    # LookupError compatibility
+    with pytest.raises(LookupError):
+        await call(store.get_message("c", 9))
+
+
+async def test_empty_conversation(store: Any) -> None:
+    await call(store.create_conversation("empty"))
+    assert await call(store.messages("empty")) == []
+    assert await call(store.count_tokens("empty")) == 0
+    assert await call(store.pop("empty", 3)) == []
+    assert await call(store.truncate("empty", before_seq=10)) == 0
+    assert await call(store.clear("empty")) == 0
+    state = await call(store.save_state("empty"))
+    assert state.messages == []
+    assert await call(store.extend("empty", [])) == []
+
+
+# ---- writing ----------------------------------------------------------------------------
+
+
+async def test_append_assigns_contiguous_seqs_and_counts_tokens(store: Any, counter: Any) -> None:
+    first = await call(store.append("c", Message.system("be brief")))
+    assert first.seq == 1 and first.conversation_id == "c"
+    assert first.token_counter == counter.name
+    assert first.token_count == counter.count_message(Message.system("be brief"))
+    assert first.created_at.tzinfo == timezone.utc
+    assert len(first.id) == 36  # store-assigned UUID
+    batch = await call(store.extend("c", [
+        Message.user("what is the weather"),
+        Message.assistant(tool_calls=[ToolCall(id="call_1", name="weather", arguments='{"c":"Oslo"}')]),
+        Message.tool("rainy, 4C", tool_call_id="call_1"),
+        {"role": "assistant", "content": "It is rainy."},
+    ]))
+    assert [m.seq for m in batch] == [2, 3, 4, 5]
+    assert batch[1].tool_calls == [ToolCall(id="call_1", name="weather", arguments='{"c":"Oslo"}')]
+    conv = await call(store.get_conversation("c"))
+    assert conv.message_count == 5
+    total = sum(m.token_count for m in [first, *batch])
+    assert conv.token_count == total == await call(store.count_tokens("c"))
+    stored = await call(store.messages("c"))
+    assert [m.seq for m in stored] == [1, 2, 3, 4, 5]
+    assert stored[1:] == batch and stored[0] == first
+
+
+async def test_messages_ranges_and_order(store: Any) -> None:
+    await call(store.extend("c", [Message.user(f"m{i}") for i in range(1, 11)]))
+    assert [m.seq for m in await call(store.messages("c", start=3, stop=6))] == [3, 4, 5]
+    assert [m.seq for m in await call(store.messages("c", limit=3))] == [1, 2, 3]
+    newest = await call(store.messages("c", limit=3, newest_first=True))
+    assert [m.seq for m in newest] == [10, 9, 8]
+    assert [m.seq for m in await call(store.messages("c", stop=3, newest_first=True))] == [2, 1]
+    got = await call(store.get_message("c", 7))
+    assert got.content == "m7"
+    with pytest.raises(InvalidInputError, match="limit"):
+        await call(store.messages("c", limit=-1))
+
+
+async def test_unicode_emoji_and_long_content_round_trip(store: Any) -> None:
+    texts = [
+        "héllo wörld — ünïcødé",
+        "emoji 🎉🚀👩‍👩‍👧‍👦 and flags 🇳🇴",
+        "中文字符和日本語のテキスト",
+        "right-to-left: مرحبا بالعالم",
+        "x" * 1_000_000,
+        "",
+    ]
+    await call(store.extend("u", [Message.user(t) for t in texts]))
+    parts = Message.user([TextPart(text="see "),
+                          ImagePart(image_url=ImageURL(url="data:image/png;base64,AAAA",
+                                                       detail="low"))])
+    await call(store.append("u", parts))
+    back = await call(store.messages("u"))
+    assert [m.content for m in back[:-1]] == texts
+    assert back[-1].content == parts.content
+    assert back[-1].to_openai()["content"][1]["image_url"]["detail"] == "low"
+
+
+async def test_metadata_name_score_pinned_round_trip(store: Any) -> None:
+    msg = Message.user("hi", name="alice", score=2.5, pinned=True,
+                       metadata={"k": [1, {"deep": None}], "ü": "✓"})
+    stored = await call(store.append("c", msg))
+    got = await call(store.get_message("c", stored.seq))
+    assert got.name == "alice" and got.score == 2.5 and got.pinned
+    assert got.metadata == {"k": [1, {"deep": None}], "ü": "✓"}
+    assert got.as_message() == msg.model_copy(update={"id": got.id})
+
+
+async def test_idempotent_append_with_client_id(store: Any) -> None:
+    m = Message.user("pay the invoice", id="req-1")
+    a = await call(store.append("c", m))
+    b = await call(store.append("c", m))
+    assert a == b and a.id == "req-1"
+    assert len(await call(store.messages("c"))) == 1
+    # the same id in another conversation is independent
+    other = await call(store.append("d", m))
+    assert other.conversation_id == "d" and other.seq == 1
+    with pytest.raises(ConflictError, match="req-1"):
+        await call(store.append("c", Message.user("pay twice", id="req-1")))
+    # a batch retried after partial success: stored ones come back, new ones are added
+    batch = [Message.user("pay the invoice", id="req-1"), Message.user("next", id="req-2")]
+    out = await call(store.extend("c", batch))
+    assert [x.seq for x in out] == [1, 2]
+    again = await call(store.extend("c", batch))
+    assert again == out
+    # repeated id inside one batch is stored once
+    dup = await call(store.extend("c", [Message.user("z", id="r3"), Message.user("z", id="r3")]))
+    assert dup[0] == dup[1] and dup[0].seq == 3
+    with pytest.raises(ConflictError, match="twice"):
+        await call(store.extend("c", [Message.user("y", id="r4"), Message.user("w", id="r4")]))
+    assert len(await call(store.messages("c"))) == 3
+
+
+async def test_set_score_pin_unpin(store: Any) -> None:
+    await call(store.extend("c", [Message.user("a"), Message.system("s")]))
+    assert (await call(store.set_score("c", 1, 7.5))).score == 7.5
+    assert (await call(store.get_message("c", 1))).score == 7.5
+    pinned = await call(store.pin("c", 1))
+    assert pinned.pinned and pinned.anchored
+    unpinned = await call(store.unpin("c", 1))
+    assert not unpinned.pinned and not unpinned.anchored
+    # a system message stays anchored whatever its pin
+    assert (await call(store.unpin("c", 2))).anchored
+    with pytest.raises(InvalidInputError, match="score"):
+        await call(store.set_score("c", 1, float("nan")))
+    with pytest.raises(InvalidInputError, match="score"):
+        await call(store.set_score("c", 1, -1))
+
+
+# ---- destructive ------------------------------------------------------------------------
+
+
+async def test_pop_truncate_clear(store: Any) -> None:
+    await call(store.extend("c", [Message.user(f"m{i}") for i in range(1, 8)]))
+    popped = await call(store.pop("c", 2))
+    assert [m.seq for m in popped] == [6, 7]
+    assert [m.seq for m in await call(store.pop("c"))] == [5]
+    # seqs stay gap-free: the next append reuses the popped position
+    assert (await call(store.append("c", Message.user("new")))).seq == 5
+    assert await call(store.truncate("c", before_seq=3)) == 2
+    seqs = [m.seq for m in await call(store.messages("c"))]
+    assert seqs == [3, 4, 5]
+    conv = await call(store.get_conversation("c"))
+    assert conv.message_count == 3
+    assert conv.token_count == sum(m.token_count for m in await call(store.messages("c")))
+    assert await call(store.pop("c", 10)) != []
+    assert await call(store.messages("c")) == []
+    await call(store.extend("c", [Message.user("a"), Message.user("b")]))
+    assert await call(store.clear("c")) == 2
+    assert (await call(store.get_conversation("c"))).token_count == 0
+    assert (await call(store.append("c", Message.user("fresh")))).seq == 1
+
+
+async def test_truncate_beyond_end_and_before_start(store: Any) -> None:
+    await call(store.extend("c", [Message.user(f"m{i}") for i in range(5)]))
+    assert await call(store.truncate("c", before_seq=1)) == 0
+    assert await call(store.truncate("c", before_seq=100)) == 5
+    assert (await call(store.get_conversation("c"))).message_count == 0
+    assert (await call(store.append("c", Message.user("after")))).seq == 6
+
+
+# ---- atomicity --------------------------------------------------------------------------
+
+
+async def test_extend_with_invalid_message_writes_nothing(store: Any) -> None:
+    await call(store.append("c", Message.user("keep")))
+    before = await _contents(store, "c")
+    bad_batch: list[Any] = [
+        Message.user("ok 1"),
+        {"role": "user", "content": "ok 2"},
+        {"role": "tool", "content": "no call id"},
+    ]
+    with pytest.raises(ValueError, match="tool_call_id"):
+        await call(store.extend("c", bad_batch))
+    assert await _contents(store, "c") == before
+    assert (await call(store.get_conversation("c"))).message_count == 1
+
+
+async def test_extend_with_forced_database_error_rolls_back(store: Any, monkeypatch: Any) -> None:
+    from memstore import _ops
+
+    await call(store.append("c", Message.user("keep")))
+    before = await _contents(store, "c")
+    conv_before = await call(store.get_conversation("c"))
+    monkeypatch.setattr(_ops, "INSERT_CHUNK", 2)
+    engine = _sync_engine(store)
+    seen = {"inserts": 0}
+
+    def fail_on_second_chunk(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.lstrip().upper().startswith("INSERT INTO MEMSTORE_MESSAGES"):
+            seen["inserts"] += 1
+            if seen["inserts"] == 2:
+                raise RuntimeError("forced failure half way through the batch")
+
+    event.listen(engine, "before_cursor_execute", fail_on_second_chunk)
+    try:
+        with pytest.raises((RuntimeError, DatabaseError)):
+            await call(store.extend("c", [Message.user(f"n{i}") for i in range(5)]))
+    finally:
+        event.remove(engine, "before_cursor_execute", fail_on_second_chunk)
+    assert seen["inserts"] == 2  # the first chunk was really written before the failure
+    assert await _contents(store, "c") == before
+    assert await call(store.get_conversation("c")) == conv_before
+    assert (await call(store.append("c", Message.user("next")))).seq == 2
+
+
+# ---- state ------------------------------------------------------------------------------
+
+
+async def test_save_and_load_state(store: Any) -> None:
+    await call(store.create_conversation("src", metadata={"topic": "t"}))
+    await call(store.extend("src", [
+        Message.system("sys"),
+        Message.user("q", id="client-1", score=3.0),
+        Message.assistant(tool_calls=[ToolCall(id="k1", name="f", arguments="{}")]),
+        Message.tool("r", tool_call_id="k1"),
+        Message.assistant("a", pinned=True, metadata={"x": 1}),
+    ]))
+    await call(store.truncate("src", before_seq=2))
+    state = await call(store.save_state("src"))
+    text = state.to_json()
+    parsed = ConversationState.from_json(text)
+    assert parsed == state
+    assert [m.seq for m in parsed.messages] == [2, 3, 4, 5]
+    conv = await call(store.load_state(text, "dst"))
+    assert conv.id == "dst" and conv.metadata == {"topic": "t"} and conv.message_count == 4
+    copied = await call(store.messages("dst"))
+    original = await call(store.messages("src"))
+    strip = ("conversation_id",)
+    assert [m.model_dump(exclude=set(strip)) for m in copied] == [
+        m.model_dump(exclude=set(strip)) for m in original
+    ]
+    # replace=True makes dst exactly the snapshot again
+    await call(store.append("dst", Message.user("extra")))
+    await call(store.load_state(state, "dst", replace=True))
+    assert [m.seq for m in await call(store.messages("dst"))] == [2, 3, 4, 5]
+    # replace=False appends after what is stored, keeping timestamps, scores and ids
+    await call(store.append("other", Message.user("already here")))
+    await call(store.load_state(state, "other", replace=False))
+    after = await call(store.messages("other"))
+    assert [m.seq for m in after] == [1, 2, 3, 4, 5]
+    assert after[1].score == original[0].score == 3.0
+    assert after[1].created_at == original[0].created_at
+    assert after[1].id == "client-1"
+    # the same snapshot again would duplicate client ids: refused, nothing written
+    with pytest.raises(ConflictError):
+        await call(store.load_state(state, "other", replace=False))
+    assert len(await call(store.messages("other"))) == 5
+    # loading a snapshot into its own id replaces it
+    await call(store.load_state(state.model_dump(mode="json")))
+    assert [m.seq for m in await call(store.messages("src"))] == [2, 3, 4, 5]
+
+
+async def test_load_state_conflict_rolls_back(store: Any) -> None:
+    await call(store.extend("a", [Message.user("x", id="same")]))
+    state = await call(store.save_state("a"))
+    await call(store.extend("b", [Message.user("y", id="same"), Message.user("z")]))
+    before = await _contents(store, "b")
+    with pytest.raises(ConflictError):
+        await call(store.load_state(state, "b", replace=False))
+    assert await _contents(store, "b") == before
