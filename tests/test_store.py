@@ -19,7 +19,6 @@ from memstore.errors import (
 from memstore.models import ConversationState, ImagePart, ImageURL, Message, TextPart, ToolCall
 from tests.helpers import call
 
-pytestmark = pytest.mark.asyncio
 
 
 def _sync_engine(store: Any) -> Any:

@@ -1,0 +1,126 @@
+"""Invalid input raises an error naming the problem, and writes nothing."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import pydantic
+import pytest
+
+from memstore.errors import InvalidInputError
+from memstore.models import ImagePart, ImageURL, Message, ToolCall
+from tests.helpers import call
+
+
+LONG = "x" * 256
+
+
+def _bad_messages() -> list[tuple[str, Any, str]]:
+    """(case id, message as the caller passes it, text the error must contain)."""
+    return [
+        ("unknown-role", {"role": "robot", "content": "hi"}, "role"),
+        ("tool-without-call-id", {"role": "tool", "content": "42"}, "tool_call_id is required"),
+        ("tool-calls-on-user", {"role": "user", "content": "x", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+         "only allowed on assistant"),
+        ("call-id-on-assistant", {"role": "assistant", "content": "x", "tool_call_id": "c1"},
+         "tool_call_id is only allowed on tool messages"),
+        ("duplicate-tool-call-ids", {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+            {"id": "c1", "type": "function", "function": {"name": "g", "arguments": "{}"}}]},
+         "duplicate ids: c1"),
+        ("negative-score", {"role": "user", "content": "x", "score": -0.5}, "score"),
+        ("nan-score", {"role": "user", "content": "x", "score": float("nan")}, "score"),
+        ("inf-score", {"role": "user", "content": "x", "score": float("inf")}, "score"),
+        ("nul-in-content", {"role": "user", "content": "bad\x00byte"}, "NUL"),
+        ("nul-in-name", {"role": "user", "content": "x", "name": "a\x00b"}, "NUL"),
+        ("set-in-metadata", {"role": "user", "content": "x", "metadata": {"tags": {1, 2}}},
+         "metadata"),
+        ("datetime-in-metadata", {"role": "user", "content": "x",
+                                  "metadata": {"when": datetime(2026, 1, 1)}}, "metadata"),
+        ("nan-in-metadata", {"role": "user", "content": "x", "metadata": {"v": float("nan")}},
+         "not valid JSON"),
+        ("non-string-metadata-key", {"role": "user", "content": "x", "metadata": {1: "a"}},
+         "metadata"),
+        ("metadata-not-object", {"role": "user", "content": "x", "metadata": [1, 2]},
+         "metadata"),
+        ("missing-user-content", {"role": "user", "content": None}, "content is required"),
+        ("empty-tool-name", {"role": "assistant", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "", "arguments": "{}"}}]},
+         "tool call name"),
+        ("message-id-too-long", {"role": "user", "content": "x", "id": LONG}, "255"),
+        ("empty-message-id", {"role": "user", "content": "x", "id": ""}, "must not be empty"),
+        ("image-in-system", {"role": "system", "content": [
+            {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}, "only hold text"),
+        ("unknown-openai-key", {"role": "user", "content": "x", "colour": "red"}, "colour"),
+        ("not-a-message", "just a string", "OpenAI message dict"),
+        ("nul-in-tool-arguments", {"role": "assistant", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\x00}"}}]},
+         "NUL"),
+    ]
+
+
+@pytest.mark.parametrize(("case", "bad", "needle"), _bad_messages(),
+                         ids=[c[0] for c in _bad_messages()])
+async def test_invalid_message_is_rejected_and_nothing_written(
+    store: Any, case: str, bad: Any, needle: str
+) -> None:
+    await call(store.append("c", Message.user("existing")))
+    before = await call(store.messages("c"))
+    conv_before = await call(store.get_conversation("c"))
+    with pytest.raises((pydantic.ValidationError, InvalidInputError)) as info:
+        await call(store.append("c", bad))
+    assert needle in str(info.value), f"{case}: {info.value}"
+    with pytest.raises((pydantic.ValidationError, InvalidInputError)):
+        await call(store.extend("c", [Message.user("fine"), bad]))
+    with pytest.raises((pydantic.ValidationError, InvalidInputError)):
+        await call(store.append("brand-new", bad))
+    assert await call(store.messages("c")) == before
+    assert await call(store.get_conversation("c")) == conv_before
+    assert [c.id for c in await call(store.list_conversations())] == ["c"]
+
+
+@pytest.mark.parametrize(("cid", "needle"), [
+    ("", "must not be empty"),
+    (LONG, "256 characters long; the maximum is 255"),
+    ("a\x00b", "NUL"),
+    (42, "must be a str"),
+])
+async def test_invalid_conversation_id(store: Any, cid: Any, needle: str) -> None:
+    with pytest.raises(InvalidInputError, match=needle):
+        await call(store.append(cid, Message.user("x")))
+    with pytest.raises(InvalidInputError, match=needle):
+        await call(store.create_conversation(cid))
+    assert await call(store.list_conversations()) == []
+
+
+async def test_invalid_arguments(store: Any) -> None:
+    await call(store.append("c", Message.user("x")))
+    cases: list[tuple[Any, str]] = [
+        (lambda: store.get_message("c", 0), "seq must be an int >= 1"),
+        (lambda: store.get_message("c", "1"), "seq must be an int >= 1"),
+        (lambda: store.pop("c", -1), "n must be an int >= 0"),
+        (lambda: store.truncate("c", before_seq=0), "before_seq"),
+        (lambda: store.list_conversations(limit=0), "limit"),
+        (lambda: store.create_conversation("d", metadata={"x": {1, 2}}), "metadata"),
+        (lambda: store.create_conversation("d", metadata="nope"), "metadata must be a JSON object"),
+        (lambda: store.extend("c", Message.user("single")), "list of messages"),
+        (lambda: store.window("c", object()), "not a context view"),
+        (lambda: store.load_state(42), "state must be"),
+    ]
+    for make, needle in cases:
+        with pytest.raises(InvalidInputError, match=needle):
+            await call(make())
+    assert len(await call(store.messages("c"))) == 1
+
+
+def test_model_level_validation_names_fields() -> None:
+    with pytest.raises(pydantic.ValidationError, match="tool_call_id"):
+        Message.tool("x", tool_call_id="")
+    with pytest.raises(pydantic.ValidationError, match="arguments"):
+        ToolCall(id="a", name="f", arguments=None)  # type: ignore[arg-type]
+    with pytest.raises(pydantic.ValidationError, match="detail"):
+        ImagePart(image_url=ImageURL(url="u", detail="ultra"))  # type: ignore[arg-type]
+    # empty tool_calls is normalised to None, not an error
+    assert Message.assistant("x", tool_calls=[]).tool_calls is None

@@ -1,0 +1,73 @@
+"""Many writers on one conversation: every message stored once, seqs contiguous."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from typing import Any
+
+import pytest
+
+from memstore.models import Message
+from memstore.store import MemoryStore
+from memstore.tokens import FixedCounter
+
+PROCESSES = 2
+THREADS = 8
+PER_THREAD = 250
+
+
+def _writer_process(url: str, process: int, barrier: Any) -> None:
+    store = MemoryStore(url, counter=FixedCounter(per_message=3, per_word=1),
+                        pool_size=THREADS, max_overflow=0)
+    errors: list[BaseException] = []
+
+    def work(thread: int) -> None:
+        try:
+            for i in range(PER_THREAD):
+                store.append("shared", Message.user(f"p{process} t{thread} i{i}"))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(THREADS)]
+    barrier.wait()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    store.close()
+    if errors:
+        raise errors[0]
+
+
+@pytest.mark.slow
+def test_threads_in_two_processes_append_to_one_conversation(db_url: str) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(PROCESSES)
+    procs = [ctx.Process(target=_writer_process, args=(db_url, p, barrier))
+             for p in range(PROCESSES)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=300)
+    assert [p.exitcode for p in procs] == [0] * PROCESSES
+
+    store = MemoryStore(db_url, counter=FixedCounter(per_message=3, per_word=1))
+    stored = store.messages("shared")
+    total = PROCESSES * THREADS * PER_THREAD
+    assert len(stored) == total
+    assert [m.seq for m in stored] == list(range(1, total + 1))
+    expected = {f"p{p} t{t} i{i}" for p in range(PROCESSES) for t in range(THREADS)
+                for i in range(PER_THREAD)}
+    assert [m.content for m in stored if isinstance(m.content, str)] and \
+        {m.content for m in stored} == expected
+    # each thread's own messages appear in the order it wrote them
+    for p in range(PROCESSES):
+        for t in range(THREADS):
+            mine = [m.content for m in stored
+                    if isinstance(m.content, str) and m.content.startswith(f"p{p} t{t} ")]
+            assert mine == [f"p{p} t{t} i{i}" for i in range(PER_THREAD)]
+    conv = store.get_conversation("shared")
+    assert conv.message_count == total
+    assert conv.token_count == sum(m.token_count for m in stored)
+    store.close()

