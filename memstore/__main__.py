@@ -1,0 +1,5 @@
+"""``python -m memstore``: the memstore command."""
+
+from memstore.cli import main
+
+raise SystemExit(main())
