@@ -240,18 +240,20 @@ def append_messages(
         tokens = sum(batch[i].token_count for i in fresh)
         top = max(1.0, *(batch[i].message.score for i in fresh))
         last = conn.execute(q.allocate_seqs(dialect, cid, now, len(fresh), tokens, top)).scalar_one()
-        seq = int(last) - len(fresh) + 1
-        rows = []
-        for i in fresh:
-            p = batch[i]
-            mid = p.message.id if p.message.id is not None else str(uuid.uuid4())
-            rows.append(_message_row(cid, seq, p, mid, counter, now))
-            seq += 1
+        first_seq = int(last) - len(fresh) + 1
         insert = q.insert_messages()
-        for start in range(0, len(rows), INSERT_CHUNK):
-            conn.execute(insert, rows[start:start + INSERT_CHUNK])
-        for i, row in zip(fresh, rows):
-            results[i] = _stored_from_row_dict(row, batch[i].message)
+        # Build, insert and wrap one chunk at a time: on asyncio each chunk's execute
+        # awaits the driver, so the event loop runs between chunks.
+        for start in range(0, len(fresh), INSERT_CHUNK):
+            chunk = fresh[start:start + INSERT_CHUNK]
+            rows = []
+            for offset, i in enumerate(chunk, start=start):
+                p = batch[i]
+                mid = p.message.id if p.message.id is not None else str(uuid.uuid4())
+                rows.append(_message_row(cid, first_seq + offset, p, mid, counter, now))
+            conn.execute(insert, rows)
+            for i, row in zip(chunk, rows):
+                results[i] = _stored_from_row_dict(row, batch[i].message)
     for i, j in repeats.items():
         results[i] = results[j]
     return [r for r in results if r is not None]

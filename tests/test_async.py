@@ -1,0 +1,145 @@
+"""AsyncMemoryStore: parity with MemoryStore, concurrency, and a responsive event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+import time
+from typing import Any
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from memstore._engine import async_url, make_async_engine, sync_url
+from memstore.aio import AsyncChatContext, AsyncMemoryStore
+from memstore.models import Message
+from memstore.store import ChatContext, MemoryStore
+from memstore.tokens import FixedCounter
+
+
+def _public(cls: type) -> dict[str, Any]:
+    return {
+        name: member for name, member in inspect.getmembers(cls)
+        if not name.startswith("_") and (inspect.isfunction(member) or isinstance(member, property))
+    }
+
+
+@pytest.mark.parametrize(("sync_cls", "async_cls"), [
+    (MemoryStore, AsyncMemoryStore), (ChatContext, AsyncChatContext),
+])
+def test_same_public_methods_and_signatures(sync_cls: type, async_cls: type) -> None:
+    sync_members, async_members = _public(sync_cls), _public(async_cls)
+    extra_async = {"setup"}  # migrate on demand: __init__ cannot await
+    assert set(sync_members) == set(async_members) - extra_async
+    for name, member in sync_members.items():
+        other = async_members[name]
+        if isinstance(member, property):
+            assert isinstance(other, property), name
+            continue
+        sync_sig, async_sig = inspect.signature(member), inspect.signature(other)
+        assert list(sync_sig.parameters) == list(async_sig.parameters), name
+        for pname, param in sync_sig.parameters.items():
+            aparam = async_sig.parameters[pname]
+            assert (param.kind, param.default) == (aparam.kind, aparam.default), (name, pname)
+            if pname not in ("self", "engine"):
+                assert param.annotation == aparam.annotation, (name, pname)
+        returns_handle = name == "context"
+        assert inspect.iscoroutinefunction(other) != returns_handle, name
+    # __init__ takes the same arguments (the engine type differs by design)
+    assert list(inspect.signature(sync_cls.__init__).parameters) == \
+        list(inspect.signature(async_cls.__init__).parameters)
+
+
+def test_url_mapping() -> None:
+    assert async_url("sqlite:///x.db").drivername == "sqlite+aiosqlite"
+    assert async_url("postgresql://u@h/d").drivername == "postgresql+psycopg"
+    assert async_url("postgresql+asyncpg://u@h/d").drivername == "postgresql+asyncpg"
+    assert sync_url("sqlite+aiosqlite:///x.db").drivername == "sqlite"
+    assert sync_url("postgresql+asyncpg://u@h/d").drivername == "postgresql+psycopg"
+    assert sync_url(make_url("postgresql://u@h/d")).drivername == "postgresql+psycopg"
+
+
+async def test_injected_async_engine_and_async_context(db_url: str) -> None:
+    from memstore.views import BufferedView
+
+    engine = make_async_engine(db_url, pool_size=3)
+    store = AsyncMemoryStore(engine=engine, counter=FixedCounter(per_message=2))
+    ctx = store.context("chat", BufferedView(2))
+    assert await ctx.get_messages() == []
+    for text in ("one", "two", "three"):
+        await ctx.add_message(Message.user(text))
+    assert [m.content for m in await ctx.get_messages()] == ["two", "three"]
+    window = await ctx.get_window()
+    assert window.report.conversation_message_count == 3
+    state = await ctx.save_state()
+    assert state.view is not None and state.view["type"] == "BufferedView"
+    assert await ctx.clear() == 3
+    assert await ctx.get_messages() == []
+    await ctx.load_state(state)
+    assert [m.content for m in await ctx.get_messages()] == ["two", "three"]
+    await store.close()  # an injected engine stays usable
+    async with engine.connect():
+        pass
+    await engine.dispose()
+
+
+async def test_200_coroutines_and_a_sync_thread_append_concurrently(db_url: str) -> None:
+    store = AsyncMemoryStore(db_url, counter=FixedCounter(per_message=2), pool_size=10,
+                             max_overflow=10, pool_timeout=120)
+    await store.setup()
+    sync_store = MemoryStore(db_url, counter=FixedCounter(per_message=2))
+    thread_count = 100
+    errors: list[BaseException] = []
+
+    def sync_writer() -> None:
+        try:
+            for i in range(thread_count):
+                sync_store.append("shared", Message.user(f"thread {i}"))
+        except BaseException as exc:  # pragma: no cover - asserted below
+            errors.append(exc)
+
+    writer = threading.Thread(target=sync_writer)
+    writer.start()
+    await asyncio.gather(*(store.append("shared", Message.user(f"coro {i}")) for i in range(200)))
+    await asyncio.to_thread(writer.join)
+    assert errors == []
+    stored = await store.messages("shared")
+    assert [m.seq for m in stored] == list(range(1, 200 + thread_count + 1))
+    contents = [m.content for m in stored]
+    assert sorted(contents, key=str) == sorted(
+        [f"coro {i}" for i in range(200)] + [f"thread {i}" for i in range(thread_count)], key=str)
+    thread_order = [c for c in contents if isinstance(c, str) and c.startswith("thread ")]
+    assert thread_order == [f"thread {i}" for i in range(thread_count)]
+    sync_store.close()
+    await store.close()
+
+
+async def test_event_loop_keeps_running_during_a_large_extend(db_url: str) -> None:
+    store = AsyncMemoryStore(db_url)  # the real tiktoken counter: tokenising is real work
+    await store.setup()
+    messages = [Message.user(f"message number {i} " + "lorem ipsum dolor sit amet " * 8)
+                for i in range(10_000)]
+    ticks: list[float] = []
+    done = asyncio.Event()
+
+    async def ticker() -> None:
+        while not done.is_set():
+            ticks.append(time.perf_counter())
+            await asyncio.sleep(0.002)
+
+    tick_task = asyncio.create_task(ticker())
+    await asyncio.sleep(0.01)
+    started = time.perf_counter()
+    stored = await store.extend("big", messages)
+    duration = time.perf_counter() - started
+    done.set()
+    await tick_task
+    assert len(stored) == 10_000
+    during = [t for t in ticks if started <= t <= started + duration]
+    points = [started, *during, started + duration]
+    longest_gap = max(b - a for a, b in zip(points, points[1:]))
+    assert len(during) >= 10, (duration, len(during))
+    print(f"longest gap {longest_gap * 1000:.1f} ms during a {duration * 1000:.0f} ms extend")
+    assert longest_gap < duration / 4, (longest_gap, duration)
+    await store.close()
