@@ -10,7 +10,19 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Delete, Select, Update, and_, case, delete, func, literal, select, update
+from sqlalchemy import (
+    Delete,
+    Select,
+    Update,
+    and_,
+    case,
+    delete,
+    func,
+    literal,
+    literal_column,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.dml import Insert, ReturningInsert
 
@@ -123,9 +135,14 @@ def messages_range(
     return stmt.limit(limit) if limit is not None else stmt
 
 
+#: The partial index's predicate, spelled exactly as in the index: SQLite uses a partial
+#: index only when the query repeats its WHERE term (``anchored = 1`` would not match).
+ANCHORED = literal_column("memstore_messages.anchored")
+
+
 def anchored_messages(cid: str) -> Select[Any]:
     """Anchored messages (system, developer, pinned) through the partial index."""
-    return select(*MESSAGE_COLUMNS).where(M.conversation_id == cid, M.anchored).order_by(M.seq)
+    return select(*MESSAGE_COLUMNS).where(M.conversation_id == cid, ANCHORED).order_by(M.seq)
 
 
 def messages_by_ids(cid: str, ids: list[str]) -> Select[Any]:

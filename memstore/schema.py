@@ -55,7 +55,7 @@ NAMING_CONVENTION = {
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 #: JSON on SQLite, JSONB on PostgreSQL.
-JSONType = JSON().with_variant(JSONB(), "postgresql")
+JSONType = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -122,7 +122,7 @@ messages = Table(
     Column("token_count", Integer(), nullable=False),
     Column("token_counter", String(64), nullable=False),
     Column("created_at", UTCDateTime(), nullable=False),
-    Column("metadata", JSONType, nullable=False),
+    Column("metadata", JSONType, nullable=True),  # NULL = {} (nothing to decode on read)
     PrimaryKeyConstraint("conversation_id", "seq"),
     ForeignKeyConstraint(
         ["conversation_id"], ["memstore_conversations.id"], ondelete="CASCADE"

@@ -195,14 +195,14 @@ class FixedCounter(_NamedCounter):
         self.per_word = per_word
         self._priming = priming
         self.per_tool_schema = per_tool_schema
+        self._name = (
+            f"fixed/{per_message}/{per_tool_call}/{per_word}/{priming}/{per_tool_schema}"
+        )
 
     @property
     def name(self) -> str:
         """``fixed/<per_message>/<per_tool_call>/<per_word>/<priming>/<per_tool_schema>``."""
-        return (
-            f"fixed/{self.per_message}/{self.per_tool_call}/{self.per_word}/"
-            f"{self._priming}/{self.per_tool_schema}"
-        )
+        return self._name
 
     @property
     def priming(self) -> int:

@@ -53,7 +53,7 @@ def upgrade() -> None:
         sa.Column("token_count", sa.Integer(), nullable=False),
         sa.Column("token_counter", sa.String(64), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("metadata", JSON, nullable=False),
+        sa.Column("metadata", JSON, nullable=True),
         sa.CheckConstraint(
             "role IN ('system', 'developer', 'user', 'assistant', 'tool')",
             name=op.f("ck_memstore_messages_role"),
