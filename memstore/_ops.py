@@ -8,6 +8,7 @@ never leave this module.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
@@ -84,8 +85,12 @@ def _parts(raw: list[Any]) -> list[Any]:
     return out
 
 
-def to_stored(row: Row[Any]) -> StoredMessage:
-    """Build a StoredMessage from a trusted row without re-validating it (hot path)."""
+def to_stored(row: Any) -> StoredMessage:
+    """Build a StoredMessage from a trusted row without re-validating it (hot path).
+
+    ``row`` holds :data:`memstore._statements.MESSAGE_COLUMNS` with Python values
+    (SQLAlchemy-processed, or decoded by :func:`decode_raw`).
+    """
     (cid, seq, mid, role, text, parts, name, calls, call_id, score, pinned, tokens, counter,
      created_at, meta) = row
     content: Any = text if text is not None else (_parts(parts) if parts is not None else None)
@@ -101,6 +106,35 @@ def to_stored(row: Row[Any]) -> StoredMessage:
         "conversation_id": cid, "seq": int(seq), "created_at": created_at,
         "token_count": int(tokens), "token_counter": counter,
     })
+
+
+def _sqlite_time(value: Any) -> datetime:
+    if isinstance(value, datetime):
+        moment = value
+    else:
+        moment = datetime.fromisoformat(value)
+    return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment
+
+
+def decode_raw(row: Any, dialect: str) -> StoredMessage:
+    """Build a StoredMessage from a driver row of MESSAGE_COLUMNS (no SQLAlchemy types).
+
+    SQLite returns JSON as text and timestamps as naive UTC text; psycopg returns
+    decoded JSONB and aware timestamps.
+    """
+    if dialect == "sqlite":
+        values = list(row)
+        for i in (5, 7, 14):  # content_parts, tool_calls, metadata
+            if values[i] is not None:
+                values[i] = json.loads(values[i])
+        values[13] = _sqlite_time(values[13])
+        return to_stored(values)
+    created_at = row[13]
+    if created_at.tzinfo is None:
+        row = (*row[:13], created_at.replace(tzinfo=timezone.utc), row[14])
+    elif created_at.utcoffset():
+        row = (*row[:13], created_at.astimezone(timezone.utc), row[14])
+    return to_stored(row)
 
 
 def _message_row(
@@ -376,19 +410,36 @@ def count_tokens(conn: Connection, cid: str) -> int:
 class SQLHistory:
     """:class:`memstore.history.HistorySource` over one conversation's rows.
 
-    Every read is an indexed range on ``(conversation_id, seq)``; anchored
-    messages come through the partial index. ``rows_read`` counts returned rows.
+    Every read is an indexed range on ``(conversation_id, seq)``; anchored messages
+    come through the partial index. The statements are precompiled per dialect and
+    run with ``exec_driver_sql`` (see :func:`memstore._statements.hot`). ``rows_read``
+    counts the rows returned.
     """
 
-    def __init__(self, conn: Connection, conv: Row[Any]) -> None:
+    def __init__(self, conn: Connection, cid: str) -> None:
         self._conn = conn
-        self._cid: str = conv.id
-        self._first = int(conv.first_seq)
-        self._last = int(conv.last_seq)
-        self._max_score = float(conv.max_score)
+        self._dialect = conn.dialect
+        self._sqlite = conn.dialect.name == "sqlite"
+        found = self._execute("conversation", {"cid": cid}).first()
+        if found is None:
+            raise ConversationNotFoundError(cid)
+        self._cid: str = cid
+        self._first = int(found[1])
+        self._last = int(found[2])
+        self._max_score = float(found[3])
         self._newest: datetime | None = None
         self._newest_loaded = False
         self.rows_read = 0
+
+    def _execute(self, name: str, values: dict[str, Any]) -> Any:
+        compiled = q.hot(self._dialect, name)
+        return self._conn.exec_driver_sql(compiled.sql, compiled.params(values))
+
+    def _messages(self, name: str, values: dict[str, Any]) -> list[StoredMessage]:
+        rows = self._execute(name, values).fetchall()
+        self.rows_read += len(rows)
+        dialect = "sqlite" if self._sqlite else "postgresql"
+        return [decode_raw(r, dialect) for r in rows]
 
     @property
     def conversation_id(self) -> str:
@@ -425,32 +476,27 @@ class SQLHistory:
                 self._newest = rows[0].created_at if rows else None
         return self._newest
 
-    def _run(self, stmt: Any) -> list[StoredMessage]:
-        out = [to_stored(r) for r in self._conn.execute(stmt).all()]
-        self.rows_read += len(out)
-        return out
-
     def anchored(self) -> list[StoredMessage]:
         """Anchored messages, chronological."""
-        return self._run(q.anchored_messages(self._cid))
+        return self._messages("anchored", {"cid": self._cid})
 
     def read(self, start: int, stop: int) -> list[StoredMessage]:
         """Messages in ``[start, stop)``, chronological."""
         if stop <= start:
             return []
-        return self._run(q.messages_range(self._cid, start=start, stop=stop))
+        return self._messages("range", {"cid": self._cid, "start": start, "stop": stop})
 
     def read_newest_first(self, before: int, limit: int) -> list[StoredMessage]:
         """Up to ``limit`` messages older than ``before``, newest first."""
         if limit <= 0 or before <= self._first:
             return []
-        return self._run(q.messages_range(self._cid, stop=before, limit=limit, newest_first=True))
+        return self._messages("newest_first",
+                              {"cid": self._cid, "before": before, "limit": limit})
 
 
 def window(conn: Connection, cid: str, view: Any, counter: Any) -> Any:
     """Select a window through ``view`` (pure) over this conversation's rows."""
-    source = SQLHistory(conn, _conversation_row(conn, cid))
-    return view.select(source, counter)
+    return view.select(SQLHistory(conn, cid), counter)
 
 
 # ---- state ----------------------------------------------------------------------------

@@ -11,7 +11,10 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Delete,
+    Integer,
+    bindparam,
     Select,
     Update,
     and_,
@@ -24,16 +27,19 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.dml import Insert, ReturningInsert
 
 from memstore.schema import conversations, messages
 
 __all__ = [
+    "CompiledSQL",
     "allocate_seqs",
     "anchored_messages",
     "conversation",
     "delete_conversation",
     "delete_messages",
+    "hot",
     "insert_conversation",
     "insert_messages",
     "list_conversations",
@@ -180,3 +186,67 @@ def update_message(cid: str, seq: int, **values: Any) -> Any:
         .values(**values)
         .returning(*MESSAGE_COLUMNS)
     )
+
+
+# ---- hot read statements, precompiled ---------------------------------------------------
+#
+# A window runs a handful of small SELECTs. SQLAlchemy's per-execution machinery costs
+# more than the query itself here, so the window path compiles these builders once per
+# dialect and runs the SQL text with ``exec_driver_sql`` (rows are decoded by
+# ``memstore._ops``). The statements are still built here, once, from the schema.
+
+def _hot_statements() -> dict[str, Any]:
+    cid = bindparam("cid")
+    return {
+        "conversation": select(
+            C.id, C.first_seq, C.last_seq, C.max_score, C.token_count
+        ).where(C.id == cid),
+        "anchored": select(*MESSAGE_COLUMNS).where(M.conversation_id == cid, ANCHORED)
+        .order_by(M.seq),
+        "range": select(*MESSAGE_COLUMNS).where(
+            M.conversation_id == cid, M.seq >= bindparam("start", type_=BigInteger),
+            M.seq < bindparam("stop", type_=BigInteger),
+        ).order_by(M.seq),
+        "newest_first": select(*MESSAGE_COLUMNS).where(
+            M.conversation_id == cid, M.seq < bindparam("before", type_=BigInteger),
+        ).order_by(M.seq.desc()).limit(bindparam("limit", type_=Integer)),
+    }
+
+
+class CompiledSQL:
+    """One statement compiled for one dialect: its SQL text and how to order parameters."""
+
+    __slots__ = ("defaults", "positions", "sql")
+
+    def __init__(self, statement: Any, dialect: Dialect) -> None:
+        compiled = statement.compile(dialect=dialect)
+        self.sql: str = compiled.string
+        # literal binds the compiler added itself (e.g. SQLite's OFFSET 0)
+        self.defaults: dict[str, Any] = {
+            name: bind.value for name, bind in compiled.binds.items() if bind.value is not None
+        }
+        self.positions: tuple[str, ...] | None = (
+            tuple(compiled.positiontup) if compiled.positional and compiled.positiontup
+            else None
+        )
+
+    def params(self, values: dict[str, Any]) -> Any:
+        """Parameters in the driver's paramstyle."""
+        if self.positions is None:
+            return {**self.defaults, **values} if self.defaults else values
+        return tuple(
+            values[name] if name in values else self.defaults[name] for name in self.positions
+        )
+
+
+_COMPILED: dict[tuple[str, str, str], CompiledSQL] = {}
+
+
+def hot(dialect: Dialect, name: str) -> CompiledSQL:
+    """A precompiled hot statement for ``dialect`` (compiled on first use, then reused)."""
+    key = (dialect.name, dialect.driver, name)
+    found = _COMPILED.get(key)
+    if found is None:
+        found = CompiledSQL(_hot_statements()[name], dialect)
+        _COMPILED[key] = found
+    return found
