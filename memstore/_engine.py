@@ -50,9 +50,10 @@ def sync_url(url: str | URL) -> URL:
     backend = u.get_backend_name()
     if backend == "sqlite":
         return u.set(drivername="sqlite")
-    if backend == "postgresql" and u.get_driver_name() in ("psycopg2", "asyncpg", "psycopg_async", ""):
-        return u.set(drivername="postgresql+psycopg")
-    if backend == "postgresql" and u.drivername == "postgresql":
+    if backend == "postgresql" and (
+        u.drivername == "postgresql"
+        or u.get_driver_name() in ("psycopg2", "asyncpg", "psycopg_async", "")
+    ):
         return u.set(drivername="postgresql+psycopg")
     return u
 
@@ -63,7 +64,8 @@ def async_url(url: str | URL) -> URL:
     backend = u.get_backend_name()
     if backend == "sqlite":
         return u.set(drivername="sqlite+aiosqlite")
-    if backend == "postgresql" and u.get_driver_name() in ("", "psycopg2", "psycopg", "psycopg_async"):
+    drivers = ("", "psycopg2", "psycopg", "psycopg_async")
+    if backend == "postgresql" and u.get_driver_name() in drivers:
         return u.set(drivername="postgresql+psycopg")
     return u
 

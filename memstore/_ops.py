@@ -109,10 +109,7 @@ def to_stored(row: Any) -> StoredMessage:
 
 
 def _sqlite_time(value: Any) -> datetime:
-    if isinstance(value, datetime):
-        moment = value
-    else:
-        moment = datetime.fromisoformat(value)
+    moment = value if isinstance(value, datetime) else datetime.fromisoformat(value)
     return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment
 
 
@@ -233,7 +230,9 @@ def delete_conversation(conn: Connection, cid: str) -> None:
 # ---- writes ---------------------------------------------------------------------------
 
 
-def append_one(conn: Connection, cid: str, counter: str, batch: Sequence[Prepared]) -> StoredMessage:
+def append_one(
+    conn: Connection, cid: str, counter: str, batch: Sequence[Prepared]
+) -> StoredMessage:
     """Append one message (see :func:`append_messages`)."""
     return append_messages(conn, cid, counter, batch)[0]
 
@@ -290,7 +289,8 @@ def append_messages(
     if fresh:
         tokens = sum(batch[i].token_count for i in fresh)
         top = max(1.0, *(batch[i].message.score for i in fresh))
-        last = conn.execute(q.allocate_seqs(dialect, cid, now, len(fresh), tokens, top)).scalar_one()
+        allocate = q.allocate_seqs(dialect, cid, now, len(fresh), tokens, top)
+        last = conn.execute(allocate).scalar_one()
         first_seq = int(last) - len(fresh) + 1
         insert = q.insert_messages()
         # Build, insert and wrap one chunk at a time: on asyncio each chunk's execute

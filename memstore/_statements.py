@@ -12,12 +12,16 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    BindParameter,
+    Boolean,
+    ColumnClause,
     Delete,
     Integer,
-    bindparam,
     Select,
+    String,
     Update,
     and_,
+    bindparam,
     case,
     delete,
     func,
@@ -62,7 +66,10 @@ MESSAGE_COLUMNS = (
 
 
 def conversation(cid: str, *, for_update: bool = False) -> Select[Any]:
-    """The conversation row; ``for_update`` locks it (PostgreSQL; SQLite is locked by BEGIN IMMEDIATE)."""
+    """The conversation row; ``for_update`` locks it.
+
+    (PostgreSQL; on SQLite the write transaction's BEGIN IMMEDIATE already holds the lock.)
+    """
     stmt = select(conversations).where(C.id == cid)
     return stmt.with_for_update() if for_update else stmt
 
@@ -143,7 +150,7 @@ def messages_range(
 
 #: The partial index's predicate, spelled exactly as in the index: SQLite uses a partial
 #: index only when the query repeats its WHERE term (``anchored = 1`` would not match).
-ANCHORED = literal_column("memstore_messages.anchored")
+ANCHORED: ColumnClause[bool] = literal_column("memstore_messages.anchored", Boolean())
 
 
 def anchored_messages(cid: str) -> Select[Any]:
@@ -196,7 +203,7 @@ def update_message(cid: str, seq: int, **values: Any) -> Any:
 # ``memstore._ops``). The statements are still built here, once, from the schema.
 
 def _hot_statements() -> dict[str, Any]:
-    cid = bindparam("cid")
+    cid: BindParameter[str] = bindparam("cid", type_=String())
     return {
         "conversation": select(
             C.id, C.first_seq, C.last_seq, C.max_score, C.token_count

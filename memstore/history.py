@@ -12,6 +12,7 @@ is stored.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
@@ -92,7 +93,7 @@ class ListHistory:
         ids = {m.conversation_id for m in ordered}
         if len(ids) > 1:
             raise ValueError(f"messages belong to several conversations: {sorted(ids)}")
-        for a, b in zip(ordered, ordered[1:]):
+        for a, b in itertools.pairwise(ordered):
             if b.seq != a.seq + 1:
                 raise ValueError(f"seqs are not contiguous: {a.seq} is followed by {b.seq}")
         self._messages = ordered

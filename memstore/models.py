@@ -11,7 +11,7 @@ import json
 import math
 from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -170,7 +170,7 @@ class ImagePart(BaseModel):
     image_url: ImageURL
 
 
-ContentPart = Annotated[Union[TextPart, ImagePart], Field(discriminator="type")]
+ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
 
 
 class Message(BaseModel):
@@ -242,7 +242,9 @@ class Message(BaseModel):
             object.__setattr__(self, "tool_calls", None)
         if self.tool_calls is not None:
             if self.role != "assistant":
-                raise ValueError(f"tool_calls is only allowed on assistant messages, not {self.role}")
+                raise ValueError(
+                    f"tool_calls is only allowed on assistant messages, not {self.role}"
+                )
             ids = [call.id for call in self.tool_calls]
             duplicates = sorted({i for i in ids if ids.count(i) > 1})
             if duplicates:
@@ -254,9 +256,9 @@ class Message(BaseModel):
             raise ValueError(f"tool_call_id is only allowed on tool messages, not {self.role}")
         if self.content is None and self.role != "assistant":
             raise ValueError(f"content is required for a {self.role} message")
-        if isinstance(self.content, list) and self.role != "user":
-            if any(not isinstance(part, TextPart) for part in self.content):
-                raise ValueError(f"a {self.role} message may only hold text parts")
+        if (isinstance(self.content, list) and self.role != "user"
+                and any(not isinstance(part, TextPart) for part in self.content)):
+            raise ValueError(f"a {self.role} message may only hold text parts")
         return self
 
     # ---- convenience ------------------------------------------------------------------
@@ -408,7 +410,7 @@ class StoredMessage(Message):
     created_at: datetime
     token_count: int = Field(ge=0)
     token_counter: str
-    id: str  # type: ignore[assignment]  # narrowed: a stored message always has an id
+    id: str  # narrowed from ``str | None``: a stored message always has an id
 
     @field_validator("created_at")
     @classmethod
@@ -507,8 +509,11 @@ class WindowReport(BaseModel):
         return sum(o.count for o in self.omitted)
 
     def omitted_seqs(self, reason: OmissionReason | None = None) -> list[int]:
-        """Seqs covered by omissions (optionally of one reason). Anchored seqs are excluded
-        only where the view recorded the omission per message; prefer ``omitted``."""
+        """The left-out seqs, optionally only those left out for ``reason``.
+
+        Omission runs never span a kept message, so this is exact; it materialises
+        every seq, so prefer ``omitted`` for long histories.
+        """
         seqs: list[int] = []
         for o in self.omitted:
             if reason is None or o.reason == reason:
@@ -530,7 +535,7 @@ class ContextWindow(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     conversation_id: str
-    messages: list[Union[StoredMessage, Message]]
+    messages: list[StoredMessage | Message]
     token_count: int
     budget: int | None = None
     report: WindowReport
@@ -564,7 +569,7 @@ class ConversationState(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    format: Literal["memstore.conversation"] = STATE_FORMAT
+    format: Literal["memstore.conversation"] = "memstore.conversation"
     version: int = STATE_VERSION
     conversation: Conversation
     messages: list[StoredMessage]

@@ -79,9 +79,10 @@ class UTCDateTime(TypeDecorator[datetime]):
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
-        if value.tzinfo is None:
-            return value.replace(tzinfo=timezone.utc)
-        return value.astimezone(timezone.utc)  # type: ignore[no-any-return]
+        moment: datetime = value
+        if moment.tzinfo is None:
+            return moment.replace(tzinfo=timezone.utc)
+        return moment.astimezone(timezone.utc)
 
 
 ROLE_CHECK = "role IN ('system', 'developer', 'user', 'assistant', 'tool')"

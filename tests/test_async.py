@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import threading
 import time
 from typing import Any
@@ -138,7 +139,7 @@ async def test_event_loop_keeps_running_during_a_large_extend(db_url: str) -> No
     assert len(stored) == 10_000
     during = [t for t in ticks if started <= t <= started + duration]
     points = [started, *during, started + duration]
-    longest_gap = max(b - a for a, b in zip(points, points[1:]))
+    longest_gap = max(b - a for a, b in itertools.pairwise(points))
     assert len(during) >= 10, (duration, len(during))
     print(f"longest gap {longest_gap * 1000:.1f} ms during a {duration * 1000:.0f} ms extend")
     assert longest_gap < duration / 4, (longest_gap, duration)

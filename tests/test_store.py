@@ -20,7 +20,6 @@ from memstore.models import ConversationState, ImagePart, ImageURL, Message, Tex
 from tests.helpers import call
 
 
-
 def _sync_engine(store: Any) -> Any:
     engine = store.engine
     return getattr(engine, "sync_engine", engine)
@@ -114,7 +113,8 @@ async def test_append_assigns_contiguous_seqs_and_counts_tokens(store: Any, coun
     assert len(first.id) == 36  # store-assigned UUID
     batch = await call(store.extend("c", [
         Message.user("what is the weather"),
-        Message.assistant(tool_calls=[ToolCall(id="call_1", name="weather", arguments='{"c":"Oslo"}')]),
+        Message.assistant(tool_calls=[
+            ToolCall(id="call_1", name="weather", arguments='{"c":"Oslo"}')]),
         Message.tool("rainy, 4C", tool_call_id="call_1"),
         {"role": "assistant", "content": "It is rainy."},
     ]))

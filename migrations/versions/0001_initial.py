@@ -32,8 +32,12 @@ def upgrade() -> None:
         sa.Column("last_seq", sa.BigInteger(), server_default=sa.text("0"), nullable=False),
         sa.Column("token_count", sa.BigInteger(), server_default=sa.text("0"), nullable=False),
         sa.Column("max_score", sa.Double(), server_default=sa.text("1.0"), nullable=False),
-        sa.CheckConstraint("first_seq >= 1", name=op.f("ck_memstore_conversations_first_seq_positive")),
-        sa.CheckConstraint("last_seq >= first_seq - 1", name=op.f("ck_memstore_conversations_seq_range")),
+        sa.CheckConstraint(
+            "first_seq >= 1", name=op.f("ck_memstore_conversations_first_seq_positive")
+        ),
+        sa.CheckConstraint(
+            "last_seq >= first_seq - 1", name=op.f("ck_memstore_conversations_seq_range")
+        ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_memstore_conversations")),
     )
     op.create_table(
@@ -70,7 +74,9 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("conversation_id", "seq", name=op.f("pk_memstore_messages")),
         sa.UniqueConstraint(
-            "conversation_id", "message_id", name=op.f("uq_memstore_messages_conversation_id_message_id")
+            "conversation_id",
+            "message_id",
+            name=op.f("uq_memstore_messages_conversation_id_message_id"),
         ),
     )
     op.create_index(

@@ -1,0 +1,58 @@
+"""The public surface: curated, documented, typed; internals stay internal."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import memstore
+
+PACKAGE = Path(memstore.__file__).parent
+
+
+def test_all_is_sorted_importable_and_documented() -> None:
+    names = [n for n in memstore.__all__ if n != "__version__"]
+    assert names == sorted(names, key=str)
+    for name in names:
+        obj = getattr(memstore, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            assert inspect.getdoc(obj), f"{name} has no docstring"
+    assert "schema" not in memstore.__all__ and "metadata" not in memstore.__all__
+
+
+def test_every_error_derives_from_memstore_error() -> None:
+    from memstore import errors
+
+    for name in errors.__all__:
+        obj = getattr(errors, name)
+        if inspect.isclass(obj):
+            assert issubclass(obj, errors.MemstoreError), name
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_views_and_units_are_pure() -> None:
+    for module in ("views.py", "units.py", "history.py"):
+        imported = _imports(PACKAGE / module)
+        assert not imported & {"sqlalchemy", "tiktoken", "alembic"}, module
+
+
+def test_sql_is_executed_only_in_the_database_layer() -> None:
+    allowed = {"_ops.py", "migrate.py", "_engine.py"}
+    executing = {"execute", "exec_driver_sql", "executemany", "scalar", "scalars"}
+    for path in PACKAGE.glob("*.py"):
+        if path.name in allowed:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                assert node.func.attr not in executing, f"{path.name}:{node.lineno}"
