@@ -1,0 +1,444 @@
+"""Atomic units: an assistant tool call together with the tool results that answer it.
+
+Every view keeps or drops *units* whole, so a window never holds an orphan tool
+result or an unanswered tool call. The grouping rule (DESIGN §5):
+
+* A **run** is an assistant message with ``tool_calls`` followed by the
+  consecutive ``tool`` messages after it (up to the next non-tool message).
+* In a run, the first tool message answering each call id joins the call's unit
+  (parallel calls, results in any order). The unit is **complete** when every call
+  id is answered.
+* A tool message of a run that answers no id of the call, or answers an id that
+  an earlier message of the run already answered (a *duplicate answer*: the first
+  answer wins), is an **orphan**: a one-message incomplete unit.
+* Tool messages that do not follow a call (after a user message, at the start of
+  the history, after a system message) are orphans.
+* An assistant message with ``tool_calls`` whose ids are not all answered in its
+  run (a pending call at the end, or a call that was never answered) forms an
+  incomplete unit with the results it did get.
+* Any other message is a complete unit of its own. Chained calls
+  (call → results → call → results) are consecutive units.
+
+Incomplete units are left out of every view and reported with reason
+``"incomplete_unit"``. A complete unit holding an anchored message (system,
+developer or pinned) is anchored as a whole: a pinned tool result keeps its call
+and sibling results. An *incomplete* unit is never emitted, even when one of its
+messages is pinned: sending it would make the provider reject the request.
+
+Grouping works on a whole chronological list (:func:`group_units`) and
+incrementally while reading a :class:`~memstore.history.HistorySource`
+newest-first (:class:`BackwardUnits` over a :class:`ReverseReader`) or
+oldest-first (:class:`ForwardUnits` over a :class:`ForwardReader`). A run may
+straddle page boundaries; the readers simply fetch the next page.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from memstore.history import HistorySource
+from memstore.models import StoredMessage
+from memstore.tokens import TokenCounter, message_tokens
+
+__all__ = [
+    "AnchorSet",
+    "BackwardUnits",
+    "ForwardReader",
+    "ForwardUnits",
+    "ReverseReader",
+    "Unit",
+    "group_units",
+    "is_call",
+    "resolve_anchors",
+    "split_run",
+]
+
+#: First page size of the readers when the caller gives no hint.
+DEFAULT_FIRST_PAGE = 32
+#: Largest page the readers request; pages double up to it.
+DEFAULT_MAX_PAGE = 512
+
+
+def is_call(message: StoredMessage) -> bool:
+    """Whether ``message`` is an assistant message carrying tool calls."""
+    return message.role == "assistant" and bool(message.tool_calls)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """Messages a view keeps or drops together.
+
+    Attributes:
+        messages: the unit's messages, chronological. For a tool unit: the call,
+            then the results that answer it.
+        complete: ``False`` for an unanswered or partially answered call (with the
+            results it got) and for an orphan tool result.
+    """
+
+    messages: tuple[StoredMessage, ...]
+    complete: bool
+
+    @property
+    def first_seq(self) -> int:
+        """Seq of the unit's oldest message."""
+        return self.messages[0].seq
+
+    @property
+    def last_seq(self) -> int:
+        """Seq of the unit's newest message."""
+        return self.messages[-1].seq
+
+    @property
+    def seqs(self) -> tuple[int, ...]:
+        """Seqs of the unit's messages, ascending."""
+        return tuple(m.seq for m in self.messages)
+
+    @property
+    def size(self) -> int:
+        """Number of messages."""
+        return len(self.messages)
+
+    @property
+    def anchored(self) -> bool:
+        """True when any message is anchored (system, developer or pinned)."""
+        return any(m.anchored for m in self.messages)
+
+    @property
+    def is_tool_unit(self) -> bool:
+        """True when the unit starts with an assistant tool call."""
+        return is_call(self.messages[0])
+
+    @property
+    def starts_with_user(self) -> bool:
+        """True when the unit's first message is a user message."""
+        return self.messages[0].role == "user"
+
+    def tokens(self, counter: TokenCounter) -> int:
+        """Sum of ``message_tokens`` of the unit's messages under ``counter``."""
+        return sum(message_tokens(m, counter) for m in self.messages)
+
+
+def split_run(call: StoredMessage | None, tools: Sequence[StoredMessage]) -> list[Unit]:
+    """Group one run into units.
+
+    Args:
+        call: the assistant message with ``tool_calls`` that starts the run, or
+            ``None`` when the tool messages follow no call.
+        tools: the consecutive tool messages of the run, chronological.
+
+    Returns:
+        The call's unit (complete or not) followed by one orphan unit per tool
+        message that does not answer the call (chronological by first seq).
+    """
+    if call is None:
+        return [Unit((t,), complete=False) for t in tools]
+    ids = set(call.tool_call_ids)
+    answered: set[str] = set()
+    members = [call]
+    orphans: list[Unit] = []
+    for t in tools:
+        cid = t.tool_call_id
+        if cid is not None and cid in ids and cid not in answered:
+            answered.add(cid)
+            members.append(t)
+        else:
+            orphans.append(Unit((t,), complete=False))
+    return [Unit(tuple(members), complete=answered == ids), *orphans]
+
+
+def group_units(messages: Iterable[StoredMessage]) -> list[Unit]:
+    """Group a chronological list of stored messages into units.
+
+    Args:
+        messages: one conversation's messages (sorted by seq here).
+
+    Returns:
+        Every unit, complete and incomplete, sorted by first seq. Each message
+        belongs to exactly one unit.
+    """
+    ordered = sorted(messages, key=lambda m: m.seq)
+    units: list[Unit] = []
+    i = 0
+    while i < len(ordered):
+        m = ordered[i]
+        if m.role == "tool":
+            units.append(Unit((m,), complete=False))
+            i += 1
+        elif is_call(m):
+            j = i + 1
+            while j < len(ordered) and ordered[j].role == "tool":
+                j += 1
+            units.extend(split_run(m, ordered[i + 1 : j]))
+            i = j
+        else:
+            units.append(Unit((m,), complete=True))
+            i += 1
+    return units
+
+
+class ReverseReader:
+    """Messages of a source newest-first, read page by page.
+
+    Pages start at ``first_page`` rows and double up to ``max_page``, so a caller
+    that stops early reads at most about twice what it used.
+
+    Args:
+        source: the history to read.
+        before: read messages with ``seq < before`` (default: all).
+        floor: the lowest seq to read (inclusive; default: the first stored seq).
+        first_page: size of the first page.
+        max_page: page size cap.
+        observer: called with every message, in reading order, as it is read.
+    """
+
+    def __init__(
+        self,
+        source: HistorySource,
+        *,
+        before: int | None = None,
+        floor: int | None = None,
+        first_page: int = DEFAULT_FIRST_PAGE,
+        max_page: int = DEFAULT_MAX_PAGE,
+        observer: Callable[[StoredMessage], None] | None = None,
+    ) -> None:
+        self._source = source
+        self._before = source.last_seq + 1 if before is None else before
+        self._floor = source.first_seq if floor is None else max(floor, source.first_seq)
+        self._page = max(1, first_page)
+        self._max_page = max(self._page, max_page)
+        self._observer = observer
+        self._buffer: deque[StoredMessage] = deque()
+        self._done = self._before <= self._floor
+
+    @property
+    def exhausted(self) -> bool:
+        """True once every message down to ``floor`` has been returned."""
+        return self._done and not self._buffer
+
+    def __iter__(self) -> Iterator[StoredMessage]:
+        return self
+
+    def __next__(self) -> StoredMessage:
+        if not self._buffer:
+            self._fill()
+            if not self._buffer:
+                raise StopIteration
+        message = self._buffer.popleft()
+        if self._observer is not None:
+            self._observer(message)
+        return message
+
+    def _fill(self) -> None:
+        if self._done:
+            return
+        limit = min(self._page, self._before - self._floor)
+        self._page = min(self._page * 2, self._max_page)
+        page = self._source.read_newest_first(self._before, limit)
+        page = [m for m in page if m.seq >= self._floor]
+        if not page:
+            self._done = True
+            return
+        self._buffer.extend(page)
+        self._before = page[-1].seq
+        if self._before <= self._floor or len(page) < limit:
+            self._done = True
+
+
+class ForwardReader:
+    """Messages of a source oldest-first, read page by page (pages double up to a cap).
+
+    Supports one message of lookahead (:meth:`peek`).
+
+    Args:
+        source: the history to read.
+        start: first seq to read (default: the first stored seq).
+        stop: read messages with ``seq < stop`` (default: all).
+        first_page: size of the first page.
+        max_page: page size cap.
+    """
+
+    def __init__(
+        self,
+        source: HistorySource,
+        *,
+        start: int | None = None,
+        stop: int | None = None,
+        first_page: int = DEFAULT_FIRST_PAGE,
+        max_page: int = DEFAULT_MAX_PAGE,
+    ) -> None:
+        self._source = source
+        self._next = source.first_seq if start is None else max(start, source.first_seq)
+        self._stop = source.last_seq + 1 if stop is None else min(stop, source.last_seq + 1)
+        self._page = max(1, first_page)
+        self._max_page = max(self._page, max_page)
+        self._buffer: deque[StoredMessage] = deque()
+
+    def __iter__(self) -> Iterator[StoredMessage]:
+        return self
+
+    def __next__(self) -> StoredMessage:
+        message = self.peek()
+        if message is None:
+            raise StopIteration
+        return self._buffer.popleft()
+
+    def peek(self) -> StoredMessage | None:
+        """The next message without consuming it (``None`` at the end)."""
+        if not self._buffer and self._next < self._stop:
+            limit = min(self._page, self._stop - self._next)
+            self._page = min(self._page * 2, self._max_page)
+            page = self._source.read(self._next, self._next + limit)
+            self._next += limit
+            self._buffer.extend(page)
+        return self._buffer[0] if self._buffer else None
+
+
+class BackwardUnits:
+    """Units, newest first, grouped while reading messages newest-first.
+
+    A tool message's unit is known only once the message before its run is read
+    (the call, or a non-call that makes the run orphans), so tool messages wait in
+    :attr:`pending` until then. Units are yielded in descending order of
+    ``last_seq``; a run's orphans and its call unit come out together.
+
+    Args:
+        messages: messages in strictly descending seq order, consecutive seqs (e.g.
+            a :class:`ReverseReader`). When it ends with tool messages pending, they
+            are orphans: nothing older is stored (or the reader's floor is the start
+            of a unit).
+    """
+
+    def __init__(self, messages: Iterator[StoredMessage]) -> None:
+        self._messages = messages
+        self._ready: deque[Unit] = deque()
+        self.pending: list[StoredMessage] = []
+        """Tool messages read but not yet grouped (newest first)."""
+
+    def __iter__(self) -> Iterator[Unit]:
+        return self
+
+    def __next__(self) -> Unit:
+        while not self._ready:
+            message = next(self._messages, None)
+            if message is None:
+                if not self.pending:
+                    raise StopIteration
+                self._emit(split_run(None, self._take_pending()))
+            elif message.role == "tool":
+                self.pending.append(message)
+            elif is_call(message):
+                self._emit(split_run(message, self._take_pending()))
+            else:
+                if self.pending:
+                    self._emit(split_run(None, self._take_pending()))
+                self._ready.append(Unit((message,), complete=True))
+        return self._ready.popleft()
+
+    def _take_pending(self) -> list[StoredMessage]:
+        tools = list(reversed(self.pending))
+        self.pending = []
+        return tools
+
+    def _emit(self, units: list[Unit]) -> None:
+        self._ready.extend(sorted(units, key=lambda u: u.last_seq, reverse=True))
+
+
+class ForwardUnits:
+    """Units, oldest first (by first seq), grouped while reading oldest-first.
+
+    Args:
+        reader: a :class:`ForwardReader`; a call's run is read through its lookahead.
+    """
+
+    def __init__(self, reader: ForwardReader) -> None:
+        self._reader = reader
+        self._ready: deque[Unit] = deque()
+
+    def __iter__(self) -> Iterator[Unit]:
+        return self
+
+    def __next__(self) -> Unit:
+        while not self._ready:
+            message = next(self._reader, None)
+            if message is None:
+                raise StopIteration
+            if message.role == "tool":
+                self._ready.append(Unit((message,), complete=False))
+            elif is_call(message):
+                tools: list[StoredMessage] = []
+                while (nxt := self._reader.peek()) is not None and nxt.role == "tool":
+                    tools.append(next(self._reader))
+                self._ready.extend(split_run(message, tools))
+            else:
+                self._ready.append(Unit((message,), complete=True))
+        return self._ready.popleft()
+
+
+@dataclass
+class AnchorSet:
+    """The anchored units of a conversation.
+
+    Attributes:
+        units: complete units holding an anchored message (kept by every view),
+            sorted by first seq.
+        incomplete: incomplete units holding an anchored message (a pinned orphan
+            result, a pinned unanswered call): never emitted, reported.
+    """
+
+    units: list[Unit] = field(default_factory=list)
+    incomplete: list[Unit] = field(default_factory=list)
+
+    @property
+    def seqs(self) -> set[int]:
+        """Seqs of every message of the kept anchored units."""
+        return {s for u in self.units for s in u.seqs}
+
+    def tokens(self, counter: TokenCounter) -> int:
+        """Tokens of the kept anchored units under ``counter``."""
+        return sum(u.tokens(counter) for u in self.units)
+
+
+def resolve_anchors(source: HistorySource) -> AnchorSet:
+    """Find every anchored unit of ``source`` without reading the whole history.
+
+    Reads ``source.anchored()`` and, for each anchored message that is part of a
+    tool run (a pinned call or a pinned result), just that run: backwards to its
+    call and forwards to its last tool message.
+    """
+    result = AnchorSet()
+    done: set[int] = set()
+    for message in source.anchored():
+        if message.seq in done:
+            continue
+        if message.role != "tool" and not is_call(message):
+            done.add(message.seq)
+            result.units.append(Unit((message,), complete=True))
+            continue
+        call: StoredMessage | None
+        before: list[StoredMessage] = []
+        if is_call(message):
+            call = message
+        else:
+            call = None
+            for older in ReverseReader(source, before=message.seq, first_page=4, max_page=64):
+                if older.role != "tool":
+                    call = older if is_call(older) else None
+                    break
+                before.append(older)
+            before.reverse()
+        tools = list(before)
+        if message.role == "tool":
+            tools.append(message)
+        forward = ForwardReader(source, start=message.seq + 1, first_page=4, max_page=64)
+        while (nxt := forward.peek()) is not None and nxt.role == "tool":
+            tools.append(next(forward))
+        for unit in split_run(call, tools):
+            done.update(unit.seqs)
+            if not unit.anchored:
+                continue
+            (result.units if unit.complete else result.incomplete).append(unit)
+    result.units.sort(key=lambda u: u.first_seq)
+    result.incomplete.sort(key=lambda u: u.first_seq)
+    return result

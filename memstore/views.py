@@ -1,0 +1,921 @@
+"""Context views: token- or size-limited windows over one conversation.
+
+A view is a small frozen configuration object with a pure selection algorithm. It
+runs no SQL and does no I/O of its own: it pulls what it needs from a
+:class:`~memstore.history.HistorySource` (the store implements one with indexed
+range queries, :class:`~memstore.history.ListHistory` wraps a list), newest-first
+and page by page, and stops as soon as older messages cannot change its result.
+Reading a window never writes.
+
+Rules shared by every view (DESIGN §5):
+
+* **Units.** Messages are kept or dropped in units (see :mod:`memstore.units`):
+  an assistant tool call and the results answering it are one unit. Incomplete
+  units (an unanswered or partially answered call, an orphan tool result) are
+  left out of every view, :class:`UnboundedView` included, and reported with
+  reason ``"incomplete_unit"`` — even when pinned.
+* **Anchored messages** (system, developer, pinned, and every message of a
+  complete unit holding one) are kept by every view in their chronological
+  place and never count toward ``buffer_size``, ``head_size``, ``tail_size`` or
+  ``max_turns``. Budgeted views charge their tokens first.
+* **The newest unit** — the newest complete unit that is not anchored (an
+  anchored one is kept anyway) — is always kept. Budgeted views reserve it right
+  after the anchored messages; when the two (plus reply priming, ``reserve`` and
+  tool schemas) exceed ``token_limit`` the view raises
+  :class:`~memstore.errors.ContextBudgetError` with ``required`` and ``budget``.
+* **Budget.** A budgeted window satisfies
+  ``sum(message_tokens) + counter.priming + reserve + counter.count_tools(tools)
+  <= token_limit``. Per-message counts come from the stored count when it was
+  produced by the same counter (:func:`~memstore.tokens.message_tokens`); the
+  history is never recounted as a whole.
+* **Output** is chronological by seq and deterministic (ties break on seq, newer
+  first). An empty conversation, or one holding only incomplete units, gives an
+  empty window (``token_count`` 0) and never a ``ContextBudgetError``, whatever the
+  reserve and tool schemas.
+* **Report.** Left-out seqs are reported as contiguous runs with one reason each.
+  History a view never read (older than what it needed) is reported from seqs
+  alone, one run per gap between kept anchored messages.
+"""
+
+from __future__ import annotations
+
+import abc
+import heapq
+import json
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from typing import Any, ClassVar, Literal, cast
+
+from pydantic import JsonValue
+
+from memstore.errors import ConfigurationError, ContextBudgetError
+from memstore.history import HistorySource, ListHistory
+from memstore.models import (
+    ContextWindow,
+    Message,
+    Omission,
+    OmissionReason,
+    StoredMessage,
+    WindowReport,
+)
+from memstore.tokens import TokenCounter, counter_from_name, message_tokens
+from memstore.units import (
+    DEFAULT_MAX_PAGE,
+    AnchorSet,
+    BackwardUnits,
+    ForwardReader,
+    ForwardUnits,
+    ReverseReader,
+    Unit,
+    group_units,
+    resolve_anchors,
+)
+
+__all__ = [
+    "DEFAULT_PLACEHOLDER_TEMPLATE",
+    "BufferedView",
+    "ContextView",
+    "HeadAndTailView",
+    "RecentTurnsView",
+    "ScoreBasedView",
+    "TokenLimitedView",
+    "UnboundedView",
+    "view_from_config",
+]
+
+#: Default placeholder text; ``{n}`` is the number of skipped messages and
+#: ``{messages}`` is ``"message"`` when it is 1, else ``"messages"``.
+DEFAULT_PLACEHOLDER_TEMPLATE = "Skipped {n} {messages}."
+
+PlaceholderRole = Literal["user", "assistant", "system", "developer"]
+_PLACEHOLDER_ROLES = ("user", "assistant", "system", "developer")
+
+
+# ---- validation helpers ----------------------------------------------------------------
+
+
+def _check_int(view: str, name: str, value: object, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ConfigurationError(f"{view} {name} must be an int, got {value!r}")
+    if value < minimum:
+        raise ConfigurationError(f"{view} {name} must be >= {minimum}, got {value}")
+
+
+def _check_bool(view: str, name: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"{view} {name} must be a bool, got {value!r}")
+
+
+def _check_real(view: str, name: str, value: object) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise ConfigurationError(f"{view} {name} must be a number, got {value!r}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise ConfigurationError(f"{view} {name} must be finite, got {value!r}")
+    return number
+
+
+def _check_budget_params(view: str, token_limit: object, reserve: object) -> None:
+    _check_int(view, "token_limit", token_limit, 1)
+    _check_int(view, "reserve", reserve, 0)
+    if cast(int, reserve) >= cast(int, token_limit):
+        raise ConfigurationError(
+            f"{view} reserve ({reserve}) must be smaller than token_limit ({token_limit})"
+        )
+
+
+def _normalize_tools(view: str, tools: object) -> tuple[dict[str, Any], ...] | None:
+    if tools is None:
+        return None
+    if isinstance(tools, (str, bytes, Mapping)) or not isinstance(tools, Sequence):
+        raise ConfigurationError(f"{view} tools must be a list of JSON objects, got {tools!r}")
+    try:
+        copied = json.loads(json.dumps(list(tools), allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"{view} tools must be JSON-serialisable: {exc}") from exc
+    if not all(isinstance(item, dict) for item in copied):
+        raise ConfigurationError(f"{view} tools must be a list of JSON objects")
+    return tuple(copied) if copied else None
+
+
+def _check_counter(view: str, counter: object) -> None:
+    if counter is not None and not isinstance(counter, TokenCounter):
+        raise ConfigurationError(f"{view} counter must be a TokenCounter, got {counter!r}")
+
+
+# ---- the ledger: what a window kept, what it left out and why ------------------------------
+
+
+class _Ledger:
+    """Collects kept messages and per-seq omission reasons; builds the window."""
+
+    def __init__(
+        self,
+        view: ContextView,
+        source: HistorySource,
+        counter: TokenCounter,
+        default: OmissionReason | None,
+    ) -> None:
+        self.view = view
+        self.source = source
+        self.counter = counter
+        self.default = default
+        self.kept: dict[int, StoredMessage] = {}
+        self.reasons: dict[int, OmissionReason] = {}
+
+    def keep(self, unit: Unit) -> None:
+        for m in unit.messages:
+            self.kept[m.seq] = m
+            self.reasons.pop(m.seq, None)
+
+    def omit(self, unit: Unit, reason: OmissionReason) -> None:
+        for m in unit.messages:
+            self.kept.pop(m.seq, None)
+            self.reasons[m.seq] = reason
+
+    def anchor(self) -> AnchorSet:
+        anchors = resolve_anchors(self.source)
+        for unit in anchors.units:
+            self.keep(unit)
+        for unit in anchors.incomplete:
+            self.omit(unit, "incomplete_unit")
+        return anchors
+
+    def candidates(self, units: Iterator[Unit]) -> Iterator[Unit]:
+        """Complete, non-anchored units of ``units``; incomplete ones are recorded."""
+        for unit in units:
+            if not unit.complete:
+                self.omit(unit, "incomplete_unit")
+            elif not unit.anchored:
+                yield unit
+
+    def omissions(self) -> list[Omission]:
+        runs: list[Omission] = []
+
+        def add(first: int, last: int, reason: OmissionReason | None) -> None:
+            if reason is None:  # pragma: no cover - a view that reads everything
+                raise AssertionError(f"seqs {first}..{last} were neither kept nor omitted")
+            if runs and runs[-1].reason == reason and runs[-1].last_seq == first - 1:
+                prev = runs.pop()
+                first = prev.first_seq
+            runs.append(Omission(first_seq=first, last_seq=last, count=last - first + 1,
+                                 reason=reason))
+
+        if self.source.message_count == 0:
+            return runs
+        prev = self.source.first_seq - 1
+        for seq in sorted(self.kept.keys() | self.reasons.keys()):
+            if seq > prev + 1:
+                add(prev + 1, seq - 1, self.default)
+            if seq not in self.kept:
+                add(seq, seq, self.reasons[seq])
+            prev = seq
+        if prev < self.source.last_seq:
+            add(prev + 1, self.source.last_seq, self.default)
+        return runs
+
+    def build(
+        self,
+        *,
+        budget: int | None = None,
+        placeholder: Message | None = None,
+        placeholder_after: int = 0,
+        skipped: int = 0,
+    ) -> ContextWindow:
+        stored = [self.kept[s] for s in sorted(self.kept)]
+        messages: list[StoredMessage | Message] = list(stored)
+        tokens = sum(message_tokens(m, self.counter) for m in stored)
+        if placeholder is not None:
+            index = sum(1 for m in stored if m.seq <= placeholder_after)
+            messages.insert(index, placeholder)
+            tokens += self.counter.count_message(placeholder)
+        if messages:
+            tokens += self.counter.priming
+        report = WindowReport(
+            view=type(self.view).__name__,
+            counter=self.counter.name,
+            conversation_message_count=self.source.message_count,
+            included_count=len(stored),
+            omitted=self.omissions(),
+            placeholder=placeholder.text if placeholder is not None else None,
+            skipped=skipped,
+            rows_read=self.source.rows_read,
+        )
+        return ContextWindow(
+            conversation_id=self.source.conversation_id,
+            messages=messages,
+            token_count=tokens,
+            budget=budget,
+            report=report,
+        )
+
+
+def _first_page(size_hint: int) -> int:
+    """A first page big enough for a count-based view to finish in one read, usually."""
+    return min(max(size_hint + 2, 8), DEFAULT_MAX_PAGE)
+
+
+# ---- the base class ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ContextView(abc.ABC):
+    """Base class of the context views: a frozen configuration with a pure selection.
+
+    Subclasses implement :meth:`select`. :meth:`to_config` and
+    :func:`view_from_config` round-trip any view through JSON.
+
+    Attributes:
+        budgeted: ``True`` for views with a ``token_limit`` (class attribute).
+    """
+
+    budgeted: ClassVar[bool] = False
+
+    @abc.abstractmethod
+    def select(self, source: HistorySource, counter: TokenCounter) -> ContextWindow:
+        """Build the window over ``source``.
+
+        Args:
+            source: the conversation's history (read newest-first, page by page).
+            counter: the token counter to use (the store passes
+                ``view.resolve_counter(store.counter)``).
+
+        Raises:
+            ContextBudgetError: a budgeted view cannot fit the anchored messages and
+                the newest unit.
+        """
+
+    def apply(self, messages: Sequence[StoredMessage], counter: TokenCounter) -> ContextWindow:
+        """Build the window over a list of one conversation's stored messages."""
+        return self.select(ListHistory(messages), counter)
+
+    def resolve_counter(self, default: TokenCounter) -> TokenCounter:
+        """The counter this view uses: its own ``counter`` if it names one, else ``default``."""
+        own = getattr(self, "counter", None)
+        return cast(TokenCounter, own) if own is not None else default
+
+    def to_config(self) -> dict[str, JsonValue]:
+        """The view as JSON: ``{"type": <class name>, <parameter>: <value>, ...}``.
+
+        A counter is saved by its ``name``; tool schemas as a list of objects.
+        """
+        config: dict[str, JsonValue] = {"type": type(self).__name__}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "counter":
+                config[f.name] = None if value is None else cast(TokenCounter, value).name
+            elif f.name == "tools":
+                config[f.name] = None if value is None else cast(JsonValue, json.loads(
+                    json.dumps(list(value))))
+            else:
+                config[f.name] = cast(JsonValue, value)
+        return config
+
+
+# ---- the views --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UnboundedView(ContextView):
+    """Every complete unit of the conversation.
+
+    Rule: keep everything except incomplete units. The only view that reads the
+    whole history.
+
+    Reference: autogen ``UnboundedChatCompletionContext``.
+
+    Differences: autogen returns its internal list (callers mutating it mutate the
+    context) and keeps pending calls and orphan results; memstore returns a new
+    window and leaves incomplete units out (reason ``"incomplete_unit"``).
+    """
+
+    def select(self, source: HistorySource, counter: TokenCounter) -> ContextWindow:
+        """Keep every complete unit."""
+        ledger = _Ledger(self, source, counter, None)
+        if source.message_count:
+            for unit in group_units(source.read(source.first_seq, source.last_seq + 1)):
+                if unit.complete:
+                    ledger.keep(unit)
+                else:
+                    ledger.omit(unit, "incomplete_unit")
+        return ledger.build()
+
+
+@dataclass(frozen=True)
+class BufferedView(ContextView):
+    """The newest units holding at most ``buffer_size`` messages, plus anchored messages.
+
+    Rule: walk units back from the newest; stop at the first unit that would take
+    the count past ``buffer_size`` (the newest unit is kept whatever its size).
+    Anchored messages are kept and not counted. Omitted reason: ``"buffer_size"``.
+
+    Reference: autogen ``BufferedChatCompletionContext`` (``messages[-n:]``, then drop
+    one leading tool result).
+
+    Differences: autogen cuts at a message count and then drops a leading result,
+    so its window can hold fewer messages than asked; memstore never splits a unit
+    and stops at a unit boundary. autogen keeps a trailing unanswered call (a 400
+    on the next request) and can evict system messages; memstore leaves the pending
+    call out and keeps system messages in place without counting them (so
+    ``[S,u1,CALL,RES,a1,u2]`` with size 2 is ``[S,a1,u2]``, not ``[a1,u2]``).
+
+    Args:
+        buffer_size: messages the non-anchored units may hold (>= 1).
+
+    Raises:
+        ConfigurationError: (a ``ValueError``) ``buffer_size`` is not an int >= 1.
+    """
+
+    buffer_size: int
+
+    def __post_init__(self) -> None:
+        _check_int("BufferedView", "buffer_size", self.buffer_size, 1)
+
+    def select(self, source: HistorySource, counter: TokenCounter) -> ContextWindow:
+        """Keep anchored messages and the newest units up to ``buffer_size`` messages."""
+        ledger = _Ledger(self, source, counter, "buffer_size")
+        if source.message_count == 0:
+            return ledger.build()
+        ledger.anchor()
+        count = 0
+        reader = ReverseReader(source, first_page=_first_page(self.buffer_size))
+        for unit in ledger.candidates(BackwardUnits(reader)):
+            if count and count + unit.size > self.buffer_size:
+                ledger.omit(unit, "buffer_size")
+                break
+            ledger.keep(unit)
+            count += unit.size
+        return ledger.build()
+
+
+@dataclass(frozen=True)
+class HeadAndTailView(ContextView):
+    """The oldest and the newest units, with one placeholder for what lies between.
+
+    Rule: the head is the oldest units holding at most ``head_size`` messages (walk
+    forward, stop at the first unit that would cross), the tail the newest units
+    holding at most ``tail_size`` (walk back, the newest unit is kept whatever its
+    size, stop at the first unit that would cross). Anchored messages are kept in
+    place and not counted. When the two walks do not meet, the window holds one
+    plain :class:`~memstore.models.Message` (not stored, no seq) right after the
+    head (after the last kept message before the first unit the head walk
+    refused): role ``placeholder_role``, text ``placeholder_template`` formatted
+    with ``n`` = N and ``messages`` = ``"message"``/``"messages"`` (default
+    ``"Skipped N messages."`` / ``"Skipped 1 message."``), metadata
+    ``{"memstore": {"placeholder": True, "skipped": N}}``. Anchored messages of the
+    gap follow the placeholder. N is exactly the number of stored messages between
+    the last head message and the first tail unit that are not in the window
+    (incomplete units there included; they are reported as ``"incomplete_unit"``,
+    the rest as ``"head_tail_gap"``). The report's ``skipped`` is N. Only the head
+    and the tail are read, never the middle.
+
+    Reference: autogen ``HeadAndTailChatCompletionContext``.
+
+    Differences: autogen computes N from the configured sizes, so it under-counts
+    whenever its boundary guards trim a call from the head or a result from the
+    tail (it says "Skipped 1 messages." when 2 were dropped), and says "messages"
+    for 1; memstore counts the stored messages really left out. autogen's guards
+    look one message deep (enough only for its 2-message tool turns); memstore
+    never splits a unit. autogen can drop system messages; memstore keeps them.
+    When nothing is left out, both return everything, but memstore still leaves
+    incomplete units out.
+
+    Args:
+        head_size: messages the head units may hold (>= 1).
+        tail_size: messages the tail units may hold (>= 1).
+        placeholder_template: ``str.format`` template with ``{n}`` and ``{messages}``.
+        placeholder_role: role of the placeholder message.
+
+    Raises:
+        ConfigurationError: (a ``ValueError``) a size is not an int >= 1, the template
+            does not format, or the role is not user/assistant/system/developer.
+    """
+
+    head_size: int
+    tail_size: int
+    placeholder_template: str = DEFAULT_PLACEHOLDER_TEMPLATE
+    placeholder_role: PlaceholderRole = "user"
+
+    def __post_init__(self) -> None:
+        _check_int("HeadAndTailView", "head_size", self.head_size, 1)
+        _check_int("HeadAndTailView", "tail_size", self.tail_size, 1)
+        if not isinstance(self.placeholder_template, str):
+            raise ConfigurationError("HeadAndTailView placeholder_template must be a str")
+        try:
+            self.placeholder_text(2)
+        except (KeyError, IndexError, ValueError, AttributeError) as exc:
+            raise ConfigurationError(
+                f"HeadAndTailView placeholder_template {self.placeholder_template!r} does not "
+                f"format with {{n}} and {{messages}}: {exc!r}"
+            ) from exc
+        if self.placeholder_role not in _PLACEHOLDER_ROLES:
+            raise ConfigurationError(
+                f"HeadAndTailView placeholder_role must be one of {_PLACEHOLDER_ROLES}, "
+                f"got {self.placeholder_role!r}"
+            )
+
+    def placeholder_text(self, skipped: int) -> str:
+        """The placeholder text for ``skipped`` messages."""
+        word = "message" if skipped == 1 else "messages"
+        return self.placeholder_template.format(n=skipped, messages=word)
+
+    def placeholder(self, skipped: int) -> Message:
+        """The placeholder message standing for ``skipped`` messages."""
+        return Message(
+            role=self.placeholder_role,
+            content=self.placeholder_text(skipped),
+            metadata={"memstore": {"placeholder": True, "skipped": skipped}},
+        )
+
+    def select(self, source: HistorySource, counter: TokenCounter) -> ContextWindow:
+        """Keep the head, the tail, anchored messages, and a placeholder for the gap."""
+        ledger = _Ledger(self, source, counter, "head_tail_gap")
+        if source.message_count == 0:
+            return ledger.build()
+        ledger.anchor()
+        # Head: oldest-first until the first unit that would cross head_size.
+        count = 0
+        refused: Unit | None = None
+        forward = ForwardReader(source, first_page=_first_page(self.head_size))
+        for unit in ledger.candidates(ForwardUnits(forward)):
+            if count + unit.size > self.head_size:
+                refused = unit
+                break
+            ledger.keep(unit)
+            count += unit.size
+        if refused is None:
+            return ledger.build()
+        # Tail: newest-first down to the refused unit at most.
+        tail: list[Unit] = []
+        count = 0
+        crossed = False
+        reader = ReverseReader(
+            source, floor=refused.first_seq, first_page=_first_page(self.tail_size)
+        )
+        for unit in ledger.candidates(BackwardUnits(reader)):
+            if tail and count + unit.size > self.tail_size:
+                crossed = True
+                break
+            ledger.keep(unit)
+            tail.append(unit)
+            count += unit.size
+        if not crossed:
+            return ledger.build()
+        tail_first = tail[-1].first_seq
+        head_last = max((s for s in ledger.kept if s < refused.first_seq),
+                        default=source.first_seq - 1)
+        kept_between = sum(1 for s in ledger.kept if head_last < s < tail_first)
+        skipped = tail_first - head_last - 1 - kept_between
+        return ledger.build(
+            placeholder=self.placeholder(skipped), placeholder_after=head_last, skipped=skipped
+        )
+
+
+def _budget_check(
+    view: ContextView,
+    counter: TokenCounter,
+    token_limit: int,
+    reserve: int,
+    tools: Sequence[Mapping[str, Any]] | None,
+    anchored_tokens: int,
+    newest_tokens: int,
+) -> int:
+    """Return the budget left after the required part, or raise ContextBudgetError."""
+    tools_tokens = counter.count_tools(tools) if tools else 0
+    priming = counter.priming
+    required = anchored_tokens + newest_tokens + priming + reserve + tools_tokens
+    if required > token_limit:
+        raise ContextBudgetError(
+            f"{type(view).__name__}: the anchored messages ({anchored_tokens} tokens) and the "
+            f"newest unit ({newest_tokens}) with reply priming ({priming}), reserve ({reserve}) "
+            f"and tool schemas ({tools_tokens}) need {required} tokens; "
+            f"token_limit is {token_limit}",
+            required=required,
+            budget=token_limit,
+        )
+    return token_limit - required
+
+
+@dataclass(frozen=True)
+class TokenLimitedView(ContextView):
+    """Anchored messages, then the newest units that fit a token budget (a suffix).
+
+    Rule: charge the anchored messages, then the newest unit (raise
+    :class:`~memstore.errors.ContextBudgetError` if they do not fit), then walk units
+    back from the newest and stop at the first that does not fit: the kept units are
+    a contiguous suffix of the history (incomplete units aside). With
+    ``start_on_user``, units are then dropped from the old end until the suffix
+    starts with a user message (never the newest unit: if no other kept unit starts
+    with a user message, only the newest remains). Omitted reasons: ``"budget"``,
+    ``"start_on_user"``. Monotone: a bigger budget gives a superset.
+
+    Reference: LangChain ``trim_messages(strategy="last")`` and autogen
+    ``TokenLimitedChatCompletionContext``.
+
+    Differences: ``trim_messages`` has no notion of tool pairs and can return a
+    leading orphan tool message (its documented workaround is
+    ``start_on="human"``); it keeps only a system message at index 0, even over
+    budget. autogen pops from the *middle* (keeping the oldest half, dropping the
+    newest user turn when only one message fits), splits calls from results, keeps
+    system messages only by accident, recounts the whole list after each pop, and
+    returns ``[]`` when tool schemas alone exceed the limit. memstore drops from the
+    oldest end, in whole units, keeps every anchored message, counts each message
+    once (stored counts) and raises ``ContextBudgetError`` instead of overrunning
+    or returning nothing.
+
+    Args:
+        token_limit: the budget (>= 1).
+        reserve: tokens to leave free, e.g. for the reply (>= 0, < token_limit).
+        tools: tool (function) schemas sent with the request; counted into the
+            reserve with ``counter.count_tools``.
+        start_on_user: trim the suffix so it starts with a user message.
+        counter: the counter to use instead of the store's.
+
+    Raises:
+        ConfigurationError: (a ``ValueError``) an invalid parameter.
+    """
+
+    budgeted: ClassVar[bool] = True
+
+    token_limit: int
+    reserve: int = 0
+    tools: Sequence[Mapping[str, Any]] | None = field(default=None, hash=False)
+    start_on_user: bool = False
+    counter: TokenCounter | None = None
+
+    def __post_init__(self) -> None:
+        _check_budget_params("TokenLimitedView", self.token_limit, self.reserve)
+        _check_bool("TokenLimitedView", "start_on_user", self.start_on_user)
+        _check_counter("TokenLimitedView", self.counter)
+        object.__setattr__(self, "tools", _normalize_tools("TokenLimitedView", self.tools))
+
+    def select(self, source: HistorySource, counter: TokenCounter) -> ContextWindow:
+        """Keep anchored messages and the newest units that fit."""
+        ledger = _Ledger(self, source, counter, "budget")
+        if source.message_count == 0:
+            return ledger.build(budget=self.token_limit)
+        anchors = ledger.anchor()
+        anchored_tokens = anchors.tokens(counter)
+        kept: list[Unit] = []
+        remaining = 0
+        for unit in ledger.candidates(BackwardUnits(ReverseReader(source))):
+            tokens = unit.tokens(counter)
+            if not kept:
+                remaining = _budget_check(self, counter, self.token_limit, self.reserve,
+                                          self.tools, anchored_tokens, tokens)
+            elif tokens > remaining:
+                ledger.omit(unit, "budget")
+                break
+            else:
+                remaining -= tokens
+            ledger.keep(unit)
+            kept.append(unit)
+        if not kept and anchors.units:
+            _budget_check(self, counter, self.token_limit, self.reserve, self.tools,
+                          anchored_tokens, 0)
+        if self.start_on_user:
+            while len(kept) > 1 and not kept[-1].starts_with_user:
+                ledger.omit(kept.pop(), "start_on_user")
+        return ledger.build(budget=self.token_limit)
+
+
+class _Decay:
+    """Effective scores of the messages a ScoreBasedView reads, newest first."""
+
+    def __init__(self, keep_rate: float, half_life: float | None,
+                 newest: datetime | None) -> None:
+        self._keep_rate = keep_rate
+        self._half_life = half_life
+        self._newest = newest
+        self._position = 0
+        self._effective_time: datetime | None = None
+        self.scores: dict[int, float] = {}
+
+    def _time_factor(self) -> float:
+        assert self._half_life is not None
+        if self._effective_time is None or self._newest is None:
+            return 1.0
+        age = max(0.0, (self._newest - self._effective_time).total_seconds())
+        return float(0.5 ** (age / self._half_life))
+
+    def observe(self, message: StoredMessage) -> None:
+        """Record the decayed score of the next message read (newest first)."""
+        if message.anchored:
+            return
+        self._position += 1
+        if self._half_life is None:
+            factor = float(self._keep_rate ** self._position)
+        else:
+            created = message.created_at
+            if self._effective_time is None or created < self._effective_time:
+                self._effective_time = created
+            factor = self._time_factor()
+        self.scores[message.seq] = message.score * factor
+
+    def bound(self, max_score: float) -> float:
+        """An upper bound of the score of every message not read yet.
+
+        Decay never increases along the newest-first walk (positions grow; ages are
+        running maxima), so ``max_score * decay(next)`` bounds everything older.
+        When :class:`~memstore.units.BackwardUnits` yields a candidate, every message
+        it has consumed belongs to a unit already yielded or to an orphan, so this
+        bounds every candidate not yet yielded too.
+        """
+        if self._half_life is None:
+            factor = float(self._keep_rate ** (self._position + 1))
+        else:
+            factor = self._time_factor()
+        return max_score * factor
+
+    def unit_score(self, unit: Unit) -> float:
+        """The unit's score: the maximum of its messages' decayed scores."""
+        return max(self.scores[m.seq] for m in unit.messages)
+
+
+@dataclass(frozen=True)
+class ScoreBasedView(ContextView):
+    """Anchored messages, the newest unit, then other units greedily by decayed score.
+
+    Rule: charge the anchored messages and the newest unit (raise
+    :class:`~memstore.errors.ContextBudgetError` if they do not fit). Every other
+    complete unit scores the maximum of its messages' effective scores; units are
+    taken highest first (ties: newer first); a unit that does not fit is skipped
+    and the walk goes on; output is chronological. Omitted reason: ``"score"``.
+
+    Decay (DESIGN §5): walking the stored non-anchored messages newest to oldest,
+    the j-th (j = 1 for the newest) scores ``score * keep_rate ** j``, whether or not
+    it is kept. A message is "anchored" here by its own flag (system, developer,
+    pinned); anchored messages do not advance j. With ``half_life`` (seconds) —
+    which then *replaces* ``keep_rate`` — it scores
+    ``score * 0.5 ** (age / half_life)``, age measured from the newest message's
+    ``created_at`` (never the wall clock). Because order never depends on clocks,
+    the age of a message is taken from the earliest ``created_at`` among it and
+    every newer message (a running minimum): ages never decrease with seq, and a
+    message with a skewed clock cannot outrank newer ones.
+
+    Cost: history is read newest-first; a candidate is decided as soon as its score
+    reaches ``source.max_score * decay(next position)``, the bound of everything
+    older. The walk stops when the remaining budget is 0, or — memstore's choice,
+    so that cost stays O(window) — after ``fill_scan`` further units have been
+    examined once the first unit did not fit (``fill_scan=None`` examines every
+    unit: the exact CAMEL-style greedy, O(history)). With ``keep_rate=1`` (no decay)
+    candidates below ``max_score`` can only be decided at the start of history.
+
+    Reference: CAMEL ``ScoreBasedContextCreator`` (V2 to V4) with ``ChatHistoryBlock``'s
+    ``keep_rate`` decay.
+
+    Differences: CAMEL's greedy skips leave holes that split tool calls from their
+    results (issue #2636; V3/V4 group by ``tool_call_id`` but let window orphans
+    through and "partially truncate" groups); memstore keeps units whole and never
+    emits an orphan. CAMEL V4 silently drops system messages not at index 0 and V5+
+    hoists the first one; memstore keeps every anchored message in place. CAMEL can
+    evict the newest user message (it scores ``keep_rate``, not 1.0); memstore always
+    keeps the newest unit. CAMEL sums per-message counts that each include reply
+    priming (over-counting); memstore adds priming once. CAMEL V5/V6 ignore the
+    limit entirely.
+
+    Args:
+        token_limit: the budget (>= 1).
+        keep_rate: per-step decay in [0, 1] (ignored when ``half_life`` is given).
+        half_life: seconds after which a score halves (> 0), or ``None``.
+        reserve: tokens to leave free (>= 0, < token_limit).
+        tools: tool schemas, counted into the reserve.
+        counter: the counter to use instead of the store's.
+        fill_scan: units examined after the first that does not fit (>= 0), or
+            ``None`` for all.
+
+    Raises:
+        ConfigurationError: (a ``ValueError``) an invalid parameter.
+    """
+
+    budgeted: ClassVar[bool] = True
+
+    token_limit: int
+    keep_rate: float = 0.9
+    half_life: float | None = None
+    reserve: int = 0
+    tools: Sequence[Mapping[str, Any]] | None = field(default=None, hash=False)
+    counter: TokenCounter | None = None
+    fill_scan: int | None = 64
+
+    def __post_init__(self) -> None:
+        name = "ScoreBasedView"
+        _check_budget_params(name, self.token_limit, self.reserve)
+        keep_rate = _check_real(name, "keep_rate", self.keep_rate)
+        if not 0.0 <= keep_rate <= 1.0:
+            raise ConfigurationError(f"{name} keep_rate must be in [0, 1], got {keep_rate}")
+        if self.half_life is not None:
+            half_life = _check_real(name, "half_life", self.half_life)
+            if half_life <= 0:
+                raise ConfigurationError(f"{name} half_life must be > 0, got {half_life}")
+        if self.fill_scan is not None:
+            _check_int(name, "fill_scan", self.fill_scan, 0)
+        _check_counter(name, self.counter)
+        object.__setattr__(self, "tools", _normalize_tools(name, self.tools))
+
+    def select(self, source: HistorySource, counter: TokenCounter) -> ContextWindow:
+        """Keep anchored messages, the newest unit, then the best-scored units that fit."""
+        ledger = _Ledger(self, source, counter, "score")
+        if source.message_count == 0:
+            return ledger.build(budget=self.token_limit)
+        anchors = ledger.anchor()
+        anchored_tokens = anchors.tokens(counter)
+        decay = _Decay(float(self.keep_rate),
+                       None if self.half_life is None else float(self.half_life),
+                       source.newest_created_at)
+        grouper = BackwardUnits(ReverseReader(source, observer=decay.observe))
+        candidates = ledger.candidates(grouper)
+        newest = next(candidates, None)
+        if newest is None:
+            if anchors.units:
+                _budget_check(self, counter, self.token_limit, self.reserve, self.tools,
+                              anchored_tokens, 0)
+            return ledger.build(budget=self.token_limit)
+        remaining = _budget_check(self, counter, self.token_limit, self.reserve, self.tools,
+                                  anchored_tokens, newest.tokens(counter))
+        ledger.keep(newest)
+
+        heap: list[tuple[float, int, Unit]] = []
+        exhausted = False
+        skipped = False
+        examined_after_skip = 0
+        done = remaining == 0
+        max_score = source.max_score
+        while not done:
+            bound = -math.inf if exhausted else decay.bound(max_score)
+            # Decide every candidate that nothing older can outrank (ties: newer first).
+            while heap and -heap[0][0] >= bound:
+                if skipped and self.fill_scan is not None and examined_after_skip >= self.fill_scan:
+                    done = True
+                    break
+                _, _, unit = heapq.heappop(heap)
+                if skipped:
+                    examined_after_skip += 1
+                tokens = unit.tokens(counter)
+                if tokens <= remaining:
+                    ledger.keep(unit)
+                    remaining -= tokens
+                    if remaining == 0:
+                        done = True
+                        break
+                else:
+                    ledger.omit(unit, "score")
+                    skipped = True
+            if done or exhausted:
+                break
+            found = next(candidates, None)
+            if found is None:
+                exhausted = True
+            else:
+                heapq.heappush(heap, (-decay.unit_score(found), -found.last_seq, found))
+        return ledger.build(budget=self.token_limit)
+
+
+@dataclass(frozen=True)
+class RecentTurnsView(ContextView):
+    """Everything from the ``max_turns``-th newest user message on, plus anchored messages.
+
+    Rule: walk units back from the newest, counting non-anchored user messages;
+    the window starts at the ``max_turns``-th one (or at the start of history when
+    there are fewer). Anchored messages before it are kept in place. With
+    ``remove_tool_messages``, complete tool units (a call and its results) are
+    dropped from the window, except the newest unit; final assistant answers stay.
+    Omitted reasons: ``"max_turns"``, ``"tool_messages_removed"``.
+
+    Reference: agentflow ``MessageContextManager(max_messages, remove_tool_msgs)``.
+
+    Differences: agentflow moves every system message to the front when it trims
+    (mid-conversation instructions change place); memstore keeps anchored messages
+    in their chronological place. agentflow's tool removal removes only the last
+    call+results pair of a chained sequence and keeps incomplete sequences;
+    memstore removes every complete tool unit but the newest and never emits an
+    incomplete one. agentflow trims destructively (the state is checkpointed);
+    memstore only reads. agentflow accepts ``max_messages <= 0`` (system messages
+    only); memstore requires ``max_turns >= 1`` and always keeps the newest unit.
+
+    Args:
+        max_turns: user messages the window starts from (>= 1).
+        remove_tool_messages: drop complete tool units except the newest unit.
+
+    Raises:
+        ConfigurationError: (a ``ValueError``) an invalid parameter.
+    """
+
+    max_turns: int
+    remove_tool_messages: bool = False
+
+    def __post_init__(self) -> None:
+        _check_int("RecentTurnsView", "max_turns", self.max_turns, 1)
+        _check_bool("RecentTurnsView", "remove_tool_messages", self.remove_tool_messages)
+
+    def select(self, source: HistorySource, counter: TokenCounter) -> ContextWindow:
+        """Keep the last ``max_turns`` user turns and the anchored messages."""
+        ledger = _Ledger(self, source, counter, "max_turns")
+        if source.message_count == 0:
+            return ledger.build()
+        ledger.anchor()
+        kept: list[Unit] = []
+        turns = 0
+        reader = ReverseReader(source, first_page=_first_page(4 * self.max_turns))
+        for unit in ledger.candidates(BackwardUnits(reader)):
+            ledger.keep(unit)
+            kept.append(unit)
+            if unit.starts_with_user:
+                turns += 1
+                if turns == self.max_turns:
+                    break
+        if self.remove_tool_messages:
+            for unit in kept[1:]:
+                if unit.is_tool_unit:
+                    ledger.omit(unit, "tool_messages_removed")
+        return ledger.build()
+
+
+# ---- configuration round trip -----------------------------------------------------------
+
+_VIEW_CLASSES: dict[str, type[ContextView]] = {
+    cls.__name__: cls
+    for cls in (
+        UnboundedView,
+        BufferedView,
+        HeadAndTailView,
+        TokenLimitedView,
+        ScoreBasedView,
+        RecentTurnsView,
+    )
+}
+
+
+def view_from_config(config: Mapping[str, Any]) -> ContextView:
+    """Rebuild a view from :meth:`ContextView.to_config` output.
+
+    Counters are rebuilt from their name with ``memstore.tokens.counter_from_name``.
+
+    Raises:
+        ConfigurationError: (a ``ValueError``) unknown type, unknown parameter, invalid
+            value, or a counter name that cannot be rebuilt.
+    """
+    if not isinstance(config, Mapping):
+        raise ConfigurationError(f"a view config must be a mapping, not {type(config).__name__}")
+    kind = config.get("type")
+    cls = _VIEW_CLASSES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise ConfigurationError(
+            f"unknown view type {kind!r}; expected one of {sorted(_VIEW_CLASSES)}"
+        )
+    params = {key: value for key, value in config.items() if key != "type"}
+    allowed = {f.name for f in fields(cls)}
+    unknown = sorted(set(params) - allowed)
+    if unknown:
+        raise ConfigurationError(f"{kind} has no parameter(s) {', '.join(unknown)}")
+    counter = params.get("counter")
+    if counter is not None:
+        if not isinstance(counter, str):
+            raise ConfigurationError(f"{kind} counter must be saved by name, got {counter!r}")
+        params["counter"] = counter_from_name(counter)
+    try:
+        return cls(**params)
+    except TypeError as exc:
+        raise ConfigurationError(f"invalid {kind} config: {exc}") from exc

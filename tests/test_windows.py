@@ -1,0 +1,216 @@
+"""Windows through the store, on SQLite and PostgreSQL: cost, purity, state, tool safety."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+
+from memstore import _ops
+from memstore.errors import ContextBudgetError
+from memstore.models import ConversationState, Message, ToolCall
+from memstore.store import MemoryStore
+from memstore.tokens import ApproxCounter, FixedCounter
+from memstore.views import (
+    BufferedView,
+    HeadAndTailView,
+    RecentTurnsView,
+    ScoreBasedView,
+    TokenLimitedView,
+    UnboundedView,
+    view_from_config,
+)
+from tests.helpers import call
+
+VIEWS = [
+    UnboundedView(),
+    BufferedView(5),
+    HeadAndTailView(2, 4),
+    TokenLimitedView(120),
+    TokenLimitedView(120, start_on_user=True, reserve=10),
+    ScoreBasedView(120),
+    ScoreBasedView(120, half_life=30.0),
+    RecentTurnsView(2),
+    RecentTurnsView(2, remove_tool_messages=True),
+]
+
+
+def conversation(n_turns: int, seed: int = 7, words: tuple[int, int] = (3, 12)) -> list[Message]:
+    """A realistic conversation: system prompt, turns, ~10% tool calls (some parallel)."""
+    rng = random.Random(seed)
+    out = [Message.system("You are a careful assistant.")]
+
+    def text(prefix: str) -> str:
+        count = rng.randint(*words)
+        return prefix + " " + " ".join(f"w{rng.randrange(1000)}" for _ in range(count))
+
+    for turn in range(n_turns):
+        out.append(Message.user(text(f"u{turn}")))
+        if rng.random() < 0.1:
+            k = rng.choice([1, 1, 2, 3])
+            calls = [ToolCall(id=f"call_{turn}_{j}", name="lookup", arguments='{"q": 1}')
+                     for j in range(k)]
+            out.append(Message.assistant(tool_calls=calls))
+            for c in reversed(calls):  # results out of order
+                out.append(Message.tool(text("result"), tool_call_id=c.id))
+        out.append(Message.assistant(text(f"a{turn}")))
+    return out
+
+
+def assert_provider_valid(openai_messages: list[dict[str, Any]]) -> None:
+    """Every tool message answers a call of the assistant message right before its run,
+    and every call is answered."""
+    pending: set[str] = set()
+    for i, m in enumerate(openai_messages):
+        if m["role"] == "tool":
+            assert m["tool_call_id"] in pending, f"orphan tool result at {i}"
+            pending.discard(m["tool_call_id"])
+            continue
+        assert not pending, f"unanswered calls {pending} before message {i}"
+        if m.get("tool_calls"):
+            pending = {c["id"] for c in m["tool_calls"]}
+    assert not pending, f"unanswered calls {pending} at the end"
+
+
+async def test_every_view_through_the_store_is_valid_and_pure(store: Any, counter: Any) -> None:
+    msgs = conversation(40)
+    await call(store.extend("c", msgs))
+    await call(store.append("c", Message.assistant(tool_calls=[ToolCall(id="pending", name="f")])))
+    await call(store.pin("c", 5))
+    before = (await call(store.save_state("c"))).to_json()
+    for view in VIEWS:
+        window = await call(store.window("c", view))
+        assert_provider_valid(window.to_openai())
+        seqs = window.seqs
+        assert seqs == sorted(seqs)
+        assert 1 in seqs and 5 in seqs  # system and pinned kept
+        assert window.messages[0].role == "system"
+        assert window.report.conversation_message_count == len(msgs) + 1
+        assert len(msgs) + 1 not in seqs  # the pending call never reaches the provider
+        assert any(o.reason == "incomplete_unit" for o in window.report.omitted)
+        if view.budgeted:
+            assert window.budget == view.token_limit  # type: ignore[attr-defined]
+            assert window.token_count + view.reserve <= view.token_limit  # type: ignore[attr-defined]
+            assert window.token_count == counter.count_messages(window.messages)
+        again = await call(store.window("c", view))
+        assert again == window, f"{view} is not deterministic"
+    assert (await call(store.save_state("c"))).to_json() == before, "a window wrote"
+
+
+async def test_budget_error_carries_the_numbers(store: Any) -> None:
+    await call(store.append("c", Message.system("word " * 50)))
+    await call(store.append("c", Message.user("hi")))
+    with pytest.raises(ContextBudgetError) as info:
+        await call(store.window("c", TokenLimitedView(20)))
+    assert info.value.budget == 20 and info.value.required > 20
+    assert "20" in str(info.value)
+
+
+async def test_view_with_its_own_counter_recounts_only_what_it_reads(store: Any) -> None:
+    await call(store.extend("c", conversation(30)))
+    approx = ApproxCounter(chars_per_token=2)
+    window = await call(store.window("c", TokenLimitedView(80, counter=approx)))
+    assert window.report.counter == approx.name
+    assert window.token_count == approx.count_messages(window.messages)
+    assert window.token_count <= 80
+    # stored counts stay those of the store's counter
+    stored = await call(store.messages("c", limit=3))
+    assert {m.token_counter for m in stored} == {store.counter.name}
+
+
+async def test_chat_context_round_trip(store: Any) -> None:
+    view = TokenLimitedView(200, reserve=20)
+    ctx = store.context("ctx", view)
+    assert await call(ctx.get_messages()) == []
+    for m in conversation(10):
+        await call(ctx.add_message(m))
+    window = await call(ctx.get_window())
+    state = await call(ctx.save_state())
+    assert state.view == view.to_config()
+    assert view_from_config(state.view) == view
+    assert await call(ctx.clear()) == len(conversation(10))
+    assert await call(ctx.get_messages()) == []
+    await call(ctx.load_state(state))
+    assert await call(ctx.get_window()) == window
+
+
+def _build(store: MemoryStore, cid: str, n_messages: int) -> None:
+    msgs = conversation(n_messages // 2, seed=11, words=(20, 60))
+    store.extend(cid, msgs[:n_messages])
+
+
+@pytest.mark.slow
+def test_window_reads_grow_with_the_window_not_the_history(db_url: str) -> None:
+    counter = FixedCounter(per_message=3, per_word=1, per_tool_call=2, priming=3)
+    store = MemoryStore(db_url, counter=counter)
+    _build(store, "long", 20_000)
+    _build(store, "short", 600)
+    for i in range(5):  # other conversations in the same tables
+        store.extend(f"other-{i}", conversation(50, seed=i))
+
+    statements: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, parameters: Any, *args: Any) -> None:
+        statements.append((statement, parameters))
+
+    rows = {"n": 0}
+    real = _ops.to_stored
+
+    def counting(row: Any) -> Any:
+        rows["n"] += 1
+        return real(row)
+
+    for view in (TokenLimitedView(4000), ScoreBasedView(4000), HeadAndTailView(20, 40)):
+        results = {}
+        for cid in ("short", "long"):
+            statements.clear()
+            rows["n"] = 0
+            event.listen(store.engine, "before_cursor_execute", record)
+            _ops.to_stored = counting  # type: ignore[assignment]
+            try:
+                window = store.window(cid, view)
+            finally:
+                _ops.to_stored = real  # type: ignore[assignment]
+                event.remove(store.engine, "before_cursor_execute", record)
+            results[cid] = (len(window.messages), rows["n"], len(statements))
+            assert rows["n"] == window.report.rows_read
+            in_window = len(window.messages)
+            assert rows["n"] <= 4 * in_window + 64, (view, cid, rows["n"], in_window)
+            for sql, params in statements:
+                if "memstore_messages" in sql:
+                    # every read is scoped to one conversation and bounded
+                    assert "conversation_id" in sql
+                    flat = str(params)
+                    assert cid in flat
+                    assert "LIMIT" in sql.upper() or "seq <" in sql or "anchored" in sql
+        # a 33x longer history reads about the same number of rows
+        short_rows, long_rows = results["short"][1], results["long"][1]
+        assert long_rows <= 2 * short_rows + 64, (view, results)
+    store.close()
+
+
+@pytest.mark.postgres
+def test_state_moves_from_sqlite_to_postgres_with_the_same_windows(
+    tmp_path: Any, pg_url: str
+) -> None:
+    from tests.conftest import _empty_pg
+
+    _empty_pg(pg_url)
+    counter = FixedCounter(per_message=3, per_word=1, per_tool_call=2, priming=3)
+    lite = MemoryStore(f"sqlite:///{tmp_path / 'src.db'}", counter=counter)
+    msgs = conversation(60)
+    lite.extend("conv", msgs)
+    lite.set_score("conv", 10, 40.0)
+    lite.pin("conv", 20)
+    lite.truncate("conv", before_seq=3)
+    text = lite.save_state("conv").to_json()
+    pg = MemoryStore(pg_url, counter=counter)
+    pg.load_state(ConversationState.from_json(text))
+    assert [m.model_dump() for m in pg.messages("conv")] == \
+        [m.model_dump() for m in lite.messages("conv")]
+    for view in VIEWS:
+        assert pg.window("conv", view) == lite.window("conv", view), view
+    lite.close()
+    pg.close()
