@@ -69,7 +69,7 @@ def postgres(request: pytest.FixtureRequest) -> Iterator[PostgresServer]:
         with engine.connect() as conn:
             conn.execute(text("SELECT 1"))
         engine.dispose()
-    except Exception as exc:  # noqa: BLE001 - any failure means "not reachable"
+    except Exception as exc:
         reason = f"PostgreSQL not reachable at {make_url(url).render_as_string()}: {exc}"
         if _required(request.config):
             pytest.fail(f"{reason} (PostgreSQL is required in this run)")

@@ -12,7 +12,6 @@ from memstore.errors import InvalidInputError
 from memstore.models import ImagePart, ImageURL, Message, ToolCall
 from tests.helpers import call
 
-
 LONG = "x" * 256
 
 
