@@ -28,6 +28,7 @@ from memstore.models import (
     _check_json,
 )
 from memstore.tokens import TokenCounter
+from memstore.views import ContextView
 
 T = TypeVar("T")
 
@@ -163,16 +164,12 @@ def prepare(counter: TokenCounter, messages: Iterable[Any]) -> list[_ops.Prepare
     ]
 
 
-def view_counter(view: Any, default: TokenCounter) -> TokenCounter:
-    """The counter a view uses: its own ``counter`` if it names one, else the store's."""
-    own = getattr(view, "counter", None)
-    return own if own is not None else default
-
-
-def check_view(view: Any) -> Any:
-    """Ensure ``view`` is a context view."""
-    if not callable(getattr(view, "select", None)):
-        raise InvalidInputError(f"{view!r} is not a context view (it has no select method)")
+def check_view(view: Any) -> ContextView:
+    """Ensure ``view`` is a context view (an instance of a ContextView subclass)."""
+    if not isinstance(view, ContextView):
+        raise InvalidInputError(
+            f"{view!r} is not a context view (subclass memstore.ContextView to write one)"
+        )
     return view
 
 
@@ -288,8 +285,8 @@ class Planner:
 
     def window(self, conversation_id: Any, view: Any) -> Plan:
         cid = check_conversation_id(conversation_id)
-        check_view(view)
-        return Plan(_ops.window, (cid, view, view_counter(view, self.counter)), snapshot=True)
+        counter = check_view(view).resolve_counter(self.counter)
+        return Plan(_ops.window, (cid, view, counter), snapshot=True)
 
     # destructive
     def pop(self, conversation_id: Any, n: Any) -> Plan:
@@ -314,8 +311,8 @@ class Planner:
         return Plan(_ops.load_state, (parsed, cid, bool(replace)), write=True)
 
 
-def empty_window(conversation_id: str, view: Any, counter: TokenCounter) -> ContextWindow:
+def empty_window(conversation_id: str, view: ContextView, default: TokenCounter) -> ContextWindow:
     """The window of a conversation that does not exist yet (a context before its first add)."""
-    result: ContextWindow = view.apply([], counter)
+    result = view.apply([], view.resolve_counter(default))
     return result.model_copy(update={"conversation_id": conversation_id})
 

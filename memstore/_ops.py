@@ -427,6 +427,7 @@ class SQLHistory:
         self._first = int(found[1])
         self._last = int(found[2])
         self._max_score = float(found[3])
+        self._token_total = int(found[4])
         self._newest: datetime | None = None
         self._newest_loaded = False
         self.rows_read = 0
@@ -465,6 +466,11 @@ class SQLHistory:
     def max_score(self) -> float:
         """Upper bound of stored base scores."""
         return self._max_score
+
+    @property
+    def token_total(self) -> int:
+        """Sum of stored token counts (from the conversation row)."""
+        return self._token_total
 
     @property
     def newest_created_at(self) -> datetime | None:

@@ -38,6 +38,7 @@ from memstore.models import (
     StoredMessage,
 )
 from memstore.tokens import TokenCounter, default_counter
+from memstore.views import ContextView
 
 __all__ = ["AsyncChatContext", "AsyncMemoryStore"]
 
@@ -206,11 +207,11 @@ class AsyncMemoryStore:
         """Stored token total (see :meth:`MemoryStore.count_tokens`)."""
         return await self._execute(self._plan.count_tokens(conversation_id))  # type: ignore[no-any-return]
 
-    async def window(self, conversation_id: str, view: Any) -> ContextWindow:
+    async def window(self, conversation_id: str, view: ContextView) -> ContextWindow:
         """Assemble a context window (see :meth:`MemoryStore.window`)."""
         return await self._execute(self._plan.window(conversation_id, view))  # type: ignore[no-any-return]
 
-    def context(self, conversation_id: str, view: Any) -> AsyncChatContext:
+    def context(self, conversation_id: str, view: ContextView) -> AsyncChatContext:
         """A stateful async handle on one conversation read through ``view``."""
         return AsyncChatContext(self, _base.check_conversation_id(conversation_id),
                                 _base.check_view(view))
@@ -248,7 +249,7 @@ class AsyncMemoryStore:
 class AsyncChatContext:
     """:class:`memstore.store.ChatContext` on asyncio (``await ctx.add_message(...)``)."""
 
-    def __init__(self, store: AsyncMemoryStore, conversation_id: str, view: Any) -> None:
+    def __init__(self, store: AsyncMemoryStore, conversation_id: str, view: ContextView) -> None:
         self._store = store
         self.conversation_id = conversation_id
         self.view = view
@@ -266,8 +267,7 @@ class AsyncChatContext:
         try:
             return await self._store.window(self.conversation_id, self.view)
         except ConversationNotFoundError:
-            counter = _base.view_counter(self.view, self._store.counter)
-            return _base.empty_window(self.conversation_id, self.view, counter)
+            return _base.empty_window(self.conversation_id, self.view, self._store.counter)
 
     async def clear(self) -> int:
         """Delete every stored message of the conversation (0 if it has none)."""

@@ -56,6 +56,11 @@ class HistorySource(Protocol):
         ...
 
     @property
+    def token_total(self) -> int:
+        """Sum of the stored per-message token counts (a paging hint, not a budget)."""
+        ...
+
+    @property
     def newest_created_at(self) -> datetime | None:
         """``created_at`` of the newest stored message, ``None`` when empty."""
         ...
@@ -125,6 +130,11 @@ class ListHistory:
     def max_score(self) -> float:
         """The largest base score (at least 1.0)."""
         return max([1.0, *(m.score for m in self._messages)])
+
+    @property
+    def token_total(self) -> int:
+        """Sum of the messages' stored token counts."""
+        return sum(m.token_count for m in self._messages)
 
     @property
     def newest_created_at(self) -> datetime | None:

@@ -34,6 +34,7 @@ from memstore.models import (
     StoredMessage,
 )
 from memstore.tokens import TokenCounter, default_counter
+from memstore.views import ContextView
 
 __all__ = ["ChatContext", "MemoryStore"]
 
@@ -202,7 +203,7 @@ class MemoryStore:
         """Sum of the stored per-message token counts of a conversation (O(1))."""
         return self._execute(self._plan.count_tokens(conversation_id))  # type: ignore[no-any-return]
 
-    def window(self, conversation_id: str, view: Any) -> ContextWindow:
+    def window(self, conversation_id: str, view: ContextView) -> ContextWindow:
         """Assemble a context window through ``view``. Reading never writes.
 
         Cost grows with the window, not the history: the view reads the
@@ -216,7 +217,7 @@ class MemoryStore:
         """
         return self._execute(self._plan.window(conversation_id, view))  # type: ignore[no-any-return]
 
-    def context(self, conversation_id: str, view: Any) -> ChatContext:
+    def context(self, conversation_id: str, view: ContextView) -> ChatContext:
         """A stateful handle on one conversation read through ``view``."""
         return ChatContext(self, _base.check_conversation_id(conversation_id),
                            _base.check_view(view))
@@ -268,7 +269,7 @@ class ChatContext:
     configuration, and ``load_state`` is one transaction.
     """
 
-    def __init__(self, store: MemoryStore, conversation_id: str, view: Any) -> None:
+    def __init__(self, store: MemoryStore, conversation_id: str, view: ContextView) -> None:
         self._store = store
         self.conversation_id = conversation_id
         self.view = view
@@ -286,8 +287,7 @@ class ChatContext:
         try:
             return self._store.window(self.conversation_id, self.view)
         except ConversationNotFoundError:
-            counter = _base.view_counter(self.view, self._store.counter)
-            return _base.empty_window(self.conversation_id, self.view, counter)
+            return _base.empty_window(self.conversation_id, self.view, self._store.counter)
 
     def clear(self) -> int:
         """Delete every stored message of the conversation (0 if it has none)."""

@@ -62,6 +62,7 @@ from memstore.models import (
 )
 from memstore.tokens import TokenCounter, counter_from_name, message_tokens
 from memstore.units import (
+    DEFAULT_FIRST_PAGE,
     DEFAULT_MAX_PAGE,
     AnchorSet,
     BackwardUnits,
@@ -255,6 +256,25 @@ class _Ledger:
 def _first_page(size_hint: int) -> int:
     """A first page big enough for a count-based view to finish in one read, usually."""
     return min(max(size_hint + 2, 8), DEFAULT_MAX_PAGE)
+
+
+#: Cap of a budgeted view's first page (rows).
+BUDGET_MAX_FIRST_PAGE = 2048
+
+
+def _budget_page(source: HistorySource, token_limit: int) -> int:
+    """A first page that usually holds a whole budgeted window, from the mean message size.
+
+    ``token_total / message_count`` estimates tokens per message, so about
+    ``token_limit / mean`` messages fit; 20 % and a few rows of slack make one read the
+    common case. A wrong estimate costs only an extra page: later pages double.
+    """
+    count = source.message_count
+    total = getattr(source, "token_total", 0)  # tolerate sources written before it existed
+    if count <= 0 or total <= 0:
+        return DEFAULT_FIRST_PAGE
+    expected = token_limit * count / total
+    return min(max(int(expected * 1.2) + 8, 8), BUDGET_MAX_FIRST_PAGE)
 
 
 # ---- the base class ---------------------------------------------------------------------
@@ -600,7 +620,8 @@ class TokenLimitedView(ContextView):
         anchored_tokens = anchors.tokens(counter)
         kept: list[Unit] = []
         remaining = 0
-        for unit in ledger.candidates(BackwardUnits(ReverseReader(source))):
+        reader = ReverseReader(source, first_page=_budget_page(source, self.token_limit))
+        for unit in ledger.candidates(BackwardUnits(reader)):
             tokens = unit.tokens(counter)
             if not kept:
                 remaining = _budget_check(self, counter, self.token_limit, self.reserve,
@@ -765,7 +786,9 @@ class ScoreBasedView(ContextView):
         decay = _Decay(float(self.keep_rate),
                        None if self.half_life is None else float(self.half_life),
                        source.newest_created_at)
-        grouper = BackwardUnits(ReverseReader(source, observer=decay.observe))
+        grouper = BackwardUnits(ReverseReader(
+            source, first_page=_budget_page(source, self.token_limit), observer=decay.observe
+        ))
         candidates = ledger.candidates(grouper)
         newest = next(candidates, None)
         if newest is None:
