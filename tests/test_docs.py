@@ -49,3 +49,20 @@ def test_every_cli_command_is_documented() -> None:
                 assert f"memstore {name} {child}" in cli_doc, f"{name} {child}"
         else:
             assert f"memstore {name}" in cli_doc, name
+
+
+def test_view_docs_are_generated_from_the_docstrings() -> None:
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_view_docs.py"),
+                             "--check"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_docs_python_blocks_run(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MEMSTORE_URL", f"sqlite:///{tmp_path / 'docs.db'}")
+    for page in ("views.md", "async.md"):
+        for i, code in enumerate(_blocks((ROOT / "docs" / page).read_text(), "python")):
+            exec(compile(code, f"{page} block {i}", "exec"), {"__name__": "__docs__"})
