@@ -20,6 +20,7 @@ ORDER = ["UnboundedView", "BufferedView", "HeadAndTailView", "TokenLimitedView",
 
 
 def generated() -> str:
+    """The generated block: each view's signature and docstring."""
     parts = [BEGIN, ""]
     for name in ORDER:
         cls = getattr(views, name)
@@ -30,12 +31,14 @@ def generated() -> str:
 
 
 def render(text: str) -> str:
+    """``text`` with its generated block replaced by a fresh one."""
     head, _, rest = text.partition(BEGIN)
     _, _, tail = rest.partition(END)
     return head + generated() + tail
 
 
 def main(argv: list[str]) -> int:
+    """Rewrite docs/views.md, or with ``--check`` report whether it is stale."""
     current = DOC.read_text()
     fresh = render(current)
     if "--check" in argv:
