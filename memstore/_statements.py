@@ -13,7 +13,6 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     BindParameter,
-    Boolean,
     ColumnClause,
     Delete,
     Integer,
@@ -150,7 +149,8 @@ def messages_range(
 
 #: The partial index's predicate, spelled exactly as in the index: SQLite uses a partial
 #: index only when the query repeats its WHERE term (``anchored = 1`` would not match).
-ANCHORED: ColumnClause[bool] = literal_column("memstore_messages.anchored", Boolean())
+#: (Untyped on purpose: a Boolean-typed column renders as ``anchored = 1`` on SQLite.)
+ANCHORED: ColumnClause[Any] = literal_column("memstore_messages.anchored")
 
 
 def anchored_messages(cid: str) -> Select[Any]:

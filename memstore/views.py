@@ -786,8 +786,12 @@ class ScoreBasedView(ContextView):
         decay = _Decay(float(self.keep_rate),
                        None if self.half_life is None else float(self.half_life),
                        source.newest_created_at)
+        first_page = _budget_page(source, self.token_limit)
+        # After the budget-sized first page only the bounded fill scan remains (with
+        # ``fill_scan`` set), so later pages stay that size instead of doubling.
         grouper = BackwardUnits(ReverseReader(
-            source, first_page=_budget_page(source, self.token_limit), observer=decay.observe
+            source, first_page=first_page, observer=decay.observe,
+            max_page=first_page if self.fill_scan is not None else DEFAULT_MAX_PAGE,
         ))
         candidates = ledger.candidates(grouper)
         newest = next(candidates, None)

@@ -214,3 +214,22 @@ def test_state_moves_from_sqlite_to_postgres_with_the_same_windows(
         assert pg.window("conv", view) == lite.window("conv", view), view
     lite.close()
     pg.close()
+
+
+def test_hot_queries_use_the_indexes_on_sqlite(tmp_path: Any) -> None:
+    from memstore import _statements as q
+
+    store = MemoryStore(f"sqlite:///{tmp_path / 'plan.db'}", counter=FixedCounter())
+    store.extend("c", conversation(20))
+    values = {"cid": "c", "before": 10, "limit": 5, "start": 1, "stop": 5}
+    with store.engine.connect() as conn:
+        for name in ("conversation", "anchored", "newest_first", "range"):
+            compiled = q.hot(conn.dialect, name)
+            params = compiled.params({k: v for k, v in values.items()
+                                      if compiled.positions is None or k in compiled.positions})
+            plan = " ".join(str(r) for r in conn.exec_driver_sql(
+                "EXPLAIN QUERY PLAN " + compiled.sql, params).fetchall())
+            assert "SCAN" not in plan, (name, plan)
+            if name == "anchored":
+                assert "ix_memstore_messages_anchored" in plan, plan
+    store.close()
