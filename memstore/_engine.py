@@ -80,8 +80,9 @@ def _engine_kwargs(u: URL, options: dict[str, Any]) -> dict[str, Any]:
         # One shared in-memory database for every connection of this engine.
         kwargs.setdefault("poolclass", pool.StaticPool)
         kwargs.setdefault("connect_args", {"check_same_thread": False})
-    elif u.get_backend_name() == "postgresql":
-        kwargs.setdefault("pool_pre_ping", True)
+    # No pool_pre_ping by default (SQLAlchemy's default too): it costs a round trip per
+    # checkout, which is a third of a small window on PostgreSQL. Pass
+    # ``pool_pre_ping=True`` (or ``pool_recycle=...``) behind proxies that drop idle links.
     return kwargs
 
 
