@@ -256,7 +256,7 @@ def append_messages(
     if any(p.message.id is not None for p in batch):
         # Take the conversation lock before looking ids up, so a concurrent retry
         # of the same id cannot slip in between the check and the insert.
-        conn.execute(q.allocate_seqs(dialect, cid, now, 0, 0, 0.0))
+        conn.execute(*q.allocate_seqs(dialect, cid, now, 0, 0, 0.0))
         ids = sorted({p.message.id for p in batch if p.message.id is not None})
         stored = {m.id: m for m in map(to_stored, conn.execute(q.messages_by_ids(cid, ids)))}
         first_with_id: dict[str, int] = {}
@@ -289,8 +289,8 @@ def append_messages(
     if fresh:
         tokens = sum(batch[i].token_count for i in fresh)
         top = max(1.0, *(batch[i].message.score for i in fresh))
-        allocate = q.allocate_seqs(dialect, cid, now, len(fresh), tokens, top)
-        last = conn.execute(allocate).scalar_one()
+        last = conn.execute(*q.allocate_seqs(dialect, cid, now, len(fresh), tokens, top)
+                            ).scalar_one()
         first_seq = int(last) - len(fresh) + 1
         insert = q.insert_messages()
         # Build, insert and wrap one chunk at a time: on asyncio each chunk's execute
@@ -316,7 +316,7 @@ def set_score(conn: Connection, cid: str, seq: int, score: float) -> StoredMessa
     row = conn.execute(q.update_message(cid, seq, score=score)).first()
     if row is None:
         raise MessageNotFoundError(cid, seq)
-    conn.execute(q.allocate_seqs(conn.dialect.name, cid, utcnow(), 0, 0, score))
+    conn.execute(*q.allocate_seqs(conn.dialect.name, cid, utcnow(), 0, 0, score))
     return to_stored(row)
 
 
@@ -550,7 +550,7 @@ def load_state(
         if not src:
             return _to_conversation(existing)
         top = max([1.0, *(m.score for m in src)])
-        last = conn.execute(q.allocate_seqs(
+        last = conn.execute(*q.allocate_seqs(
             dialect, cid, utcnow(), len(src), sum(m.token_count for m in src), top
         )).scalar_one()
         seqs = list(range(int(last) - len(src) + 1, int(last) + 1))

@@ -31,7 +31,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
-from sqlalchemy.sql.dml import Insert, ReturningInsert
+from sqlalchemy.sql.dml import Insert
 
 from memstore.schema import conversations, messages
 
@@ -84,21 +84,20 @@ def insert_conversation(values: dict[str, Any]) -> Insert:
     return conversations.insert().values(**values)
 
 
-def allocate_seqs(
-    dialect: str, cid: str, now: datetime, count: int, tokens: int, max_score: float
-) -> ReturningInsert[Any]:
-    """Reserve ``count`` seqs in one statement and return the new ``last_seq``.
+_ALLOCATE: dict[str, Any] = {}
 
-    ``INSERT ... ON CONFLICT (id) DO UPDATE SET last_seq = last_seq + count ...
-    RETURNING last_seq``: creates the conversation on first use, and on PostgreSQL
-    holds the conversation row lock until commit, so concurrent writers to one
-    conversation queue up and seqs stay gap-free. With ``count=0`` it only takes
-    the lock.
-    """
+
+def _allocate_statement(dialect: str) -> Any:
     insert_fn = postgresql.insert if dialect == "postgresql" else sqlite.insert
     ins = insert_fn(conversations).values(
-        id=cid, created_at=now, updated_at=now, metadata={}, first_seq=1,
-        last_seq=count, token_count=tokens, max_score=max_score,
+        id=bindparam("cid", type_=String()),
+        created_at=bindparam("now", type_=conversations.c.created_at.type),
+        updated_at=bindparam("now", type_=conversations.c.updated_at.type),
+        metadata=bindparam("meta", type_=conversations.c.metadata.type),
+        first_seq=1,
+        last_seq=bindparam("count", type_=BigInteger()),
+        token_count=bindparam("tokens", type_=BigInteger()),
+        max_score=bindparam("max_score", type_=conversations.c.max_score.type),
     )
     excluded = ins.excluded
     return ins.on_conflict_do_update(
@@ -111,6 +110,25 @@ def allocate_seqs(
             "updated_at": case((excluded.last_seq > 0, excluded.updated_at), else_=C.updated_at),
         },
     ).returning(C.last_seq)
+
+
+def allocate_seqs(
+    dialect: str, cid: str, now: datetime, count: int, tokens: int, max_score: float
+) -> tuple[Any, dict[str, Any]]:
+    """Reserve ``count`` seqs in one statement; returns ``(statement, parameters)``.
+
+    ``INSERT ... ON CONFLICT (id) DO UPDATE SET last_seq = last_seq + count ...
+    RETURNING last_seq``: creates the conversation on first use, and on PostgreSQL
+    holds the conversation row lock until commit, so concurrent writers to one
+    conversation queue up and seqs stay gap-free. With ``count=0`` it only takes
+    the lock. The statement is built once per dialect (building a dialect upsert
+    costs more than running it) and reused with new parameters.
+    """
+    stmt = _ALLOCATE.get(dialect)
+    if stmt is None:
+        stmt = _ALLOCATE[dialect] = _allocate_statement(dialect)
+    return stmt, {"cid": cid, "now": now, "meta": {}, "count": count, "tokens": tokens,
+                  "max_score": max_score}
 
 
 def update_conversation(cid: str, **values: Any) -> Update:
