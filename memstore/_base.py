@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine
 
 from memstore import _ops, migrate
-from memstore._engine import read_options, write_options
+from memstore._engine import default_url, install_sqlite_hooks, read_options, write_options
 from memstore.errors import ConfigurationError, InvalidInputError
 from memstore.models import (
     MAX_ID_LENGTH,
@@ -27,10 +27,11 @@ from memstore.models import (
     StoredMessage,
     _check_json,
 )
-from memstore.tokens import TokenCounter
+from memstore.tokens import TokenCounter, default_counter
 from memstore.views import ContextView
 
 T = TypeVar("T")
+E = TypeVar("E")
 
 MigrateMode = Literal["auto", "check", "upgrade", "off"]
 MIGRATE_MODES = ("auto", "check", "upgrade", "off")
@@ -66,6 +67,33 @@ def ensure_schema(conn: Connection, mode: MigrateMode) -> None:
         migrate.upgrade_connection(conn)
     else:
         migrate.check_connection(conn)
+
+
+def open_engine(
+    url: str | None,
+    engine: E | None,
+    counter: TokenCounter | None,
+    migrate: str,
+    busy_timeout: float,
+    engine_options: dict[str, Any],
+    *,
+    make: Callable[..., E],
+    sync_engine_of: Callable[[E], Engine],
+) -> tuple[MigrateMode, Planner, bool, E]:
+    """What both stores do on construction: check arguments, pick the counter, get an engine.
+
+    Returns ``(migrate mode, planner, whether the store owns the engine, engine)``.
+    An injected engine is used as is, apart from memstore's SQLite connection hooks.
+    """
+    if url is not None and engine is not None:
+        raise ConfigurationError("pass either url or engine, not both")
+    mode = check_migrate_mode(migrate)
+    planner = Planner(counter if counter is not None else default_counter())
+    if engine is None:
+        made = make(url or default_url(), busy_timeout=busy_timeout, **engine_options)
+        return mode, planner, True, made
+    install_sqlite_hooks(sync_engine_of(engine), busy_timeout=busy_timeout)
+    return mode, planner, False, engine
 
 
 def check_migrate_mode(mode: str) -> MigrateMode:

@@ -23,6 +23,7 @@ from memstore.errors import (
     InvalidInputError,
     MessageNotFoundError,
 )
+from memstore.history import SourceBase
 from memstore.models import (
     ANCHOR_ROLES,
     Conversation,
@@ -407,7 +408,7 @@ def count_tokens(conn: Connection, cid: str) -> int:
     return int(_conversation_row(conn, cid).token_count)
 
 
-class SQLHistory:
+class SQLHistory(SourceBase):
     """:class:`memstore.history.HistorySource` over one conversation's rows.
 
     Every read is an indexed range on ``(conversation_id, seq)``; anchored messages
@@ -441,36 +442,6 @@ class SQLHistory:
         self.rows_read += len(rows)
         dialect = "sqlite" if self._sqlite else "postgresql"
         return [decode_raw(r, dialect) for r in rows]
-
-    @property
-    def conversation_id(self) -> str:
-        """The conversation id."""
-        return self._cid
-
-    @property
-    def first_seq(self) -> int:
-        """Oldest stored seq."""
-        return self._first
-
-    @property
-    def last_seq(self) -> int:
-        """Newest stored seq."""
-        return self._last
-
-    @property
-    def message_count(self) -> int:
-        """Stored messages."""
-        return self._last - self._first + 1
-
-    @property
-    def max_score(self) -> float:
-        """Upper bound of stored base scores."""
-        return self._max_score
-
-    @property
-    def token_total(self) -> int:
-        """Sum of stored token counts (from the conversation row)."""
-        return self._token_total
 
     @property
     def newest_created_at(self) -> datetime | None:

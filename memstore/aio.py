@@ -27,9 +27,9 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memstore import _base
-from memstore._base import MessageLike, MigrateMode, Plan, Planner
-from memstore._engine import default_url, install_sqlite_hooks, make_async_engine, write_options
-from memstore.errors import ConfigurationError, ConversationNotFoundError, translate_db_errors
+from memstore._base import MessageLike, MigrateMode, Plan
+from memstore._engine import make_async_engine, write_options
+from memstore.errors import ConversationNotFoundError, translate_db_errors
 from memstore.models import (
     ContextWindow,
     Conversation,
@@ -37,7 +37,7 @@ from memstore.models import (
     Message,
     StoredMessage,
 )
-from memstore.tokens import TokenCounter, default_counter
+from memstore.tokens import TokenCounter
 from memstore.views import ContextView
 
 __all__ = ["AsyncChatContext", "AsyncMemoryStore"]
@@ -72,17 +72,10 @@ class AsyncMemoryStore:
         busy_timeout: float = 30.0,
         **engine_options: Any,
     ) -> None:
-        if url is not None and engine is not None:
-            raise ConfigurationError("pass either url or engine, not both")
-        self._mode = _base.check_migrate_mode(migrate)
-        self._plan = Planner(counter if counter is not None else default_counter())
-        self._owns_engine = engine is None
-        if engine is None:
-            engine = make_async_engine(url or default_url(), busy_timeout=busy_timeout,
-                                       **engine_options)
-        else:
-            install_sqlite_hooks(engine.sync_engine, busy_timeout=busy_timeout)
-        self._engine = engine
+        self._mode, self._plan, self._owns_engine, self._engine = _base.open_engine(
+            url, engine, counter, migrate, busy_timeout, engine_options,
+            make=make_async_engine, sync_engine_of=lambda e: e.sync_engine,
+        )
         self._ready = False
         self._ready_lock = asyncio.Lock()
 

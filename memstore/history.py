@@ -19,7 +19,7 @@ from typing import Protocol, runtime_checkable
 
 from memstore.models import StoredMessage
 
-__all__ = ["HistorySource", "ListHistory"]
+__all__ = ["HistorySource", "ListHistory", "SourceBase"]
 
 
 @runtime_checkable
@@ -83,7 +83,51 @@ class HistorySource(Protocol):
         ...
 
 
-class ListHistory:
+class SourceBase:
+    """The bookkeeping every source shares: identity, seq range, bounds, rows read.
+
+    Subclasses set the attributes in ``__init__`` and implement the reads.
+    """
+
+    _cid: str
+    _first: int
+    _last: int
+    _max_score: float
+    _token_total: int
+    rows_read: int
+
+    @property
+    def conversation_id(self) -> str:
+        """The conversation's id."""
+        return self._cid
+
+    @property
+    def first_seq(self) -> int:
+        """Seq of the oldest stored message."""
+        return self._first
+
+    @property
+    def last_seq(self) -> int:
+        """Seq of the newest stored message."""
+        return self._last
+
+    @property
+    def message_count(self) -> int:
+        """Number of stored messages."""
+        return self._last - self._first + 1
+
+    @property
+    def max_score(self) -> float:
+        """An upper bound of every stored base score."""
+        return self._max_score
+
+    @property
+    def token_total(self) -> int:
+        """Sum of the stored per-message token counts."""
+        return self._token_total
+
+
+class ListHistory(SourceBase):
     """A :class:`HistorySource` over an in-memory list of stored messages.
 
     Args:
@@ -102,61 +146,29 @@ class ListHistory:
             if b.seq != a.seq + 1:
                 raise ValueError(f"seqs are not contiguous: {a.seq} is followed by {b.seq}")
         self._messages = ordered
-        self._conversation_id = ordered[0].conversation_id if ordered else ""
+        self._cid = ordered[0].conversation_id if ordered else ""
         self._first = ordered[0].seq if ordered else 1
-        self._rows_read = 0
-
-    @property
-    def conversation_id(self) -> str:
-        """The conversation's id (empty string for an empty list)."""
-        return self._conversation_id
-
-    @property
-    def first_seq(self) -> int:
-        """Seq of the oldest message."""
-        return self._first
-
-    @property
-    def last_seq(self) -> int:
-        """Seq of the newest message."""
-        return self._first + len(self._messages) - 1
-
-    @property
-    def message_count(self) -> int:
-        """Number of messages."""
-        return len(self._messages)
-
-    @property
-    def max_score(self) -> float:
-        """The largest base score (at least 1.0)."""
-        return max([1.0, *(m.score for m in self._messages)])
-
-    @property
-    def token_total(self) -> int:
-        """Sum of the messages' stored token counts."""
-        return sum(m.token_count for m in self._messages)
+        self._last = self._first + len(ordered) - 1
+        self._max_score = max([1.0, *(m.score for m in ordered)])
+        self._token_total = sum(m.token_count for m in ordered)
+        self.rows_read = 0
 
     @property
     def newest_created_at(self) -> datetime | None:
         """``created_at`` of the newest message."""
         return self._messages[-1].created_at if self._messages else None
 
-    @property
-    def rows_read(self) -> int:
-        """Messages returned so far."""
-        return self._rows_read
-
     def _slice(self, start: int, stop: int) -> list[StoredMessage]:
         lo = max(start, self._first) - self._first
         hi = min(stop, self.last_seq + 1) - self._first
         out = self._messages[lo:hi] if hi > lo else []
-        self._rows_read += len(out)
+        self.rows_read += len(out)
         return out
 
     def anchored(self) -> list[StoredMessage]:
         """Every anchored message, chronological."""
         out = [m for m in self._messages if m.anchored]
-        self._rows_read += len(out)
+        self.rows_read += len(out)
         return out
 
     def read(self, start: int, stop: int) -> list[StoredMessage]:

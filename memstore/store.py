@@ -23,9 +23,9 @@ from typing import Any
 from sqlalchemy import Engine
 
 from memstore import _base
-from memstore._base import MessageLike, MigrateMode, Plan, Planner
-from memstore._engine import default_url, install_sqlite_hooks, make_engine, write_options
-from memstore.errors import ConfigurationError, ConversationNotFoundError, translate_db_errors
+from memstore._base import MessageLike, MigrateMode, Plan
+from memstore._engine import make_engine, write_options
+from memstore.errors import ConversationNotFoundError, translate_db_errors
 from memstore.models import (
     ContextWindow,
     Conversation,
@@ -33,7 +33,7 @@ from memstore.models import (
     Message,
     StoredMessage,
 )
-from memstore.tokens import TokenCounter, default_counter
+from memstore.tokens import TokenCounter
 from memstore.views import ContextView
 
 __all__ = ["ChatContext", "MemoryStore"]
@@ -71,19 +71,12 @@ class MemoryStore:
         busy_timeout: float = 30.0,
         **engine_options: Any,
     ) -> None:
-        if url is not None and engine is not None:
-            raise ConfigurationError("pass either url or engine, not both")
-        mode = _base.check_migrate_mode(migrate)
-        self._plan = Planner(counter if counter is not None else default_counter())
-        self._owns_engine = engine is None
-        if engine is None:
-            engine = make_engine(url or default_url(), busy_timeout=busy_timeout,
-                                 **engine_options)
-        else:
-            install_sqlite_hooks(engine, busy_timeout=busy_timeout)
-        self._engine = engine
+        mode, self._plan, self._owns_engine, self._engine = _base.open_engine(
+            url, engine, counter, migrate, busy_timeout, engine_options,
+            make=make_engine, sync_engine_of=lambda e: e,
+        )
         try:
-            with translate_db_errors(), engine.connect() as conn:
+            with translate_db_errors(), self._engine.connect() as conn:
                 conn.execution_options(**write_options())
                 with conn.begin():
                     _base.ensure_schema(conn, mode)
