@@ -345,3 +345,21 @@ async def test_load_state_conflict_rolls_back(store: Any) -> None:
     with pytest.raises(ConflictError):
         await call(store.load_state(state, "b", replace=False))
     assert await _contents(store, "b") == before
+
+
+def test_sqlite_connections_use_wal_foreign_keys_and_busy_timeout(tmp_path: Any) -> None:
+    from memstore.store import MemoryStore
+    from memstore.tokens import FixedCounter
+
+    store = MemoryStore(f"sqlite:///{tmp_path / 'p.db'}", counter=FixedCounter(),
+                        busy_timeout=7.5)
+    with store.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+        assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 7500
+    # deleting a conversation cascades to its messages at the database level too
+    store.append("c", Message.user("x"))
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql("DELETE FROM memstore_conversations WHERE id = 'c'")
+        assert conn.exec_driver_sql("SELECT count(*) FROM memstore_messages").scalar() == 0
+    store.close()
