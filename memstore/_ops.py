@@ -421,14 +421,18 @@ class SQLHistory(SourceBase):
         self._conn = conn
         self._dialect = conn.dialect
         self._sqlite = conn.dialect.name == "sqlite"
-        found = self._execute("conversation", {"cid": cid}).first()
-        if found is None:
+        # One statement: the conversation's bookkeeping and its anchored messages.
+        rows = self._execute("conversation", {"cid": cid}).fetchall()
+        if not rows:
             raise ConversationNotFoundError(cid)
+        head = rows[0]
         self._cid: str = cid
-        self._first = int(found[1])
-        self._last = int(found[2])
-        self._max_score = float(found[3])
-        self._token_total = int(found[4])
+        self._first = int(head[0])
+        self._last = int(head[1])
+        self._max_score = float(head[2])
+        self._token_total = int(head[3])
+        dialect = "sqlite" if self._sqlite else "postgresql"
+        self._anchored = [decode_raw(r[4:], dialect) for r in rows if r[4] is not None]
         self._newest: datetime | None = None
         self._newest_loaded = False
         self.rows_read = 0
@@ -454,8 +458,9 @@ class SQLHistory(SourceBase):
         return self._newest
 
     def anchored(self) -> list[StoredMessage]:
-        """Anchored messages, chronological."""
-        return self._messages("anchored", {"cid": self._cid})
+        """Anchored messages, chronological (read with the conversation row)."""
+        self.rows_read += len(self._anchored)
+        return list(self._anchored)
 
     def read(self, start: int, stop: int) -> list[StoredMessage]:
         """Messages in ``[start, stop)``, chronological."""

@@ -223,11 +223,13 @@ def update_message(cid: str, seq: int, **values: Any) -> Any:
 def _hot_statements() -> dict[str, Any]:
     cid: BindParameter[str] = bindparam("cid", type_=String())
     return {
+        # The conversation row and its anchored messages in one statement (one row per
+        # anchored message; one row with NULL message columns when there are none).
         "conversation": select(
-            C.id, C.first_seq, C.last_seq, C.max_score, C.token_count
-        ).where(C.id == cid),
-        "anchored": select(*MESSAGE_COLUMNS).where(M.conversation_id == cid, ANCHORED)
-        .order_by(M.seq),
+            C.first_seq, C.last_seq, C.max_score, C.token_count, *MESSAGE_COLUMNS
+        ).select_from(
+            conversations.outerjoin(messages, and_(M.conversation_id == C.id, ANCHORED))
+        ).where(C.id == cid).order_by(M.seq),
         "range": select(*MESSAGE_COLUMNS).where(
             M.conversation_id == cid, M.seq >= bindparam("start", type_=BigInteger),
             M.seq < bindparam("stop", type_=BigInteger),
