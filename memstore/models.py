@@ -7,7 +7,6 @@ naming the field, before anything is written.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from datetime import datetime, timezone
@@ -45,7 +44,6 @@ ROLES: tuple[str, ...] = ("system", "developer", "user", "assistant", "tool")
 ANCHOR_ROLES: frozenset[str] = frozenset({"system", "developer"})
 
 MAX_ID_LENGTH = 255
-STATE_FORMAT = "memstore.conversation"
 STATE_VERSION = 1
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
@@ -606,7 +604,3 @@ class ConversationState(BaseModel):
         """Parse a JSON string produced by :meth:`to_json`."""
         return cls.model_validate_json(text)
 
-
-def json_dumps(value: Any) -> str:
-    """Strict, compact JSON (used for comparisons and the wire)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
