@@ -38,7 +38,6 @@ from memstore.schema import conversations, messages
 __all__ = [
     "CompiledSQL",
     "allocate_seqs",
-    "anchored_messages",
     "conversation",
     "delete_conversation",
     "delete_messages",
@@ -147,14 +146,17 @@ def insert_messages() -> Insert:
 
 
 def messages_range(
-    cid: str,
+    cid: str | BindParameter[str],
     *,
-    start: int | None = None,
-    stop: int | None = None,
-    limit: int | None = None,
+    start: int | BindParameter[int] | None = None,
+    stop: int | BindParameter[int] | None = None,
+    limit: int | BindParameter[int] | None = None,
     newest_first: bool = False,
 ) -> Select[Any]:
-    """Messages with ``start <= seq < stop`` over the ``(conversation_id, seq)`` key."""
+    """Messages with ``start <= seq < stop`` over the ``(conversation_id, seq)`` key.
+
+    Values may be bind parameters: the precompiled hot reads are built here too.
+    """
     conds = [M.conversation_id == cid]
     if start is not None:
         conds.append(M.seq >= start)
@@ -171,9 +173,6 @@ def messages_range(
 ANCHORED: ColumnClause[Any] = literal_column("memstore_messages.anchored")
 
 
-def anchored_messages(cid: str) -> Select[Any]:
-    """Anchored messages (system, developer, pinned) through the partial index."""
-    return select(*MESSAGE_COLUMNS).where(M.conversation_id == cid, ANCHORED).order_by(M.seq)
 
 
 def messages_by_ids(cid: str, ids: list[str]) -> Select[Any]:
@@ -230,13 +229,14 @@ def _hot_statements() -> dict[str, Any]:
         ).select_from(
             conversations.outerjoin(messages, and_(M.conversation_id == C.id, ANCHORED))
         ).where(C.id == cid).order_by(M.seq),
-        "range": select(*MESSAGE_COLUMNS).where(
-            M.conversation_id == cid, M.seq >= bindparam("start", type_=BigInteger),
-            M.seq < bindparam("stop", type_=BigInteger),
-        ).order_by(M.seq),
-        "newest_first": select(*MESSAGE_COLUMNS).where(
-            M.conversation_id == cid, M.seq < bindparam("before", type_=BigInteger),
-        ).order_by(M.seq.desc()).limit(bindparam("limit", type_=Integer)),
+        "range": messages_range(
+            cid, start=bindparam("start", type_=BigInteger),
+            stop=bindparam("stop", type_=BigInteger),
+        ),
+        "newest_first": messages_range(
+            cid, stop=bindparam("before", type_=BigInteger),
+            limit=bindparam("limit", type_=Integer), newest_first=True,
+        ),
     }
 
 
