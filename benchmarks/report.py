@@ -169,6 +169,17 @@ def _verdict(ok: bool | None) -> str:
     return {True: "**met**", False: "**not met**", None: "not evaluated"}[ok]
 
 
+def _growth_row(goal: str, label: str, system: str, a: float, b: float) -> dict[str, Any]:
+    """A target row for "cost at the large size <= 1.5x cost at the small size"."""
+    return {
+        "target": goal,
+        "db": label,
+        "system": SHORT[system],
+        "measured": f"{fmt_ms(b)} ms vs {fmt_ms(a)} ms = {fmt_ratio(b / a)}",
+        "ok": b <= 1.5 * a,
+    }
+
+
 def targets(res: Results) -> list[dict[str, Any]]:
     """The issue-5 targets, each with the numbers and a verdict, from this run."""
     out: list[dict[str, Any]] = []
@@ -183,15 +194,7 @@ def targets(res: Results) -> list[dict[str, Any]]:
                 a = res.p(system, db, 1_000, TL4K)
                 b = res.p(system, db, 1_000_000, TL4K)
                 assert a is not None and b is not None
-                out.append(
-                    {
-                        "target": goal,
-                        "db": label,
-                        "system": SHORT[system],
-                        "measured": f"{fmt_ms(b)} ms vs {fmt_ms(a)} ms = {fmt_ratio(b / a)}",
-                        "ok": b <= 1.5 * a,
-                    }
-                )
+                out.append(_growth_row(goal, label, system, a, b))
             else:
                 big = max(sizes) if sizes else None
                 note = "not measured" if big is None else f"largest size run: {fmt_size(big)}"
@@ -317,15 +320,7 @@ def targets(res: Results) -> list[dict[str, Any]]:
             a = (e_small or {}).get("append", {}).get("p50_ms")
             b = (e_big or {}).get("append", {}).get("p50_ms")
             if a and b:
-                out.append(
-                    {
-                        "target": goal,
-                        "db": label,
-                        "system": SHORT[system],
-                        "measured": f"{fmt_ms(b)} ms vs {fmt_ms(a)} ms = {fmt_ratio(b / a)}",
-                        "ok": b <= 1.5 * a,
-                    }
-                )
+                out.append(_growth_row(goal, label, system, a, b))
             else:
                 out.append(
                     {
