@@ -12,7 +12,7 @@ import json
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Row
 
@@ -34,11 +34,10 @@ from memstore.models import (
     StoredMessage,
     TextPart,
     ToolCall,
+    build_trusted,
 )
 
 __all__ = ["Prepared", "SQLHistory"]
-
-T = TypeVar("T")
 
 #: Rows per INSERT batch: bounds statement size and, on asyncio, how long the
 #: event loop runs Python code between two awaits of the driver.
@@ -60,29 +59,15 @@ def utcnow() -> datetime:
 # ---- rows <-> models ------------------------------------------------------------------
 
 
-def _build(cls: type[T], values: dict[str, Any]) -> T:
-    """Instantiate a pydantic model from trusted, complete field values without validation.
-
-    The same state :meth:`pydantic.BaseModel.model_construct` produces, at a fraction of
-    its cost: windows build one model per row read, so this is on the hot path.
-    """
-    obj = cls.__new__(cls)
-    object.__setattr__(obj, "__dict__", values)
-    object.__setattr__(obj, "__pydantic_fields_set__", set(values))
-    object.__setattr__(obj, "__pydantic_extra__", None)
-    object.__setattr__(obj, "__pydantic_private__", None)
-    return obj
-
-
 def _parts(raw: list[Any]) -> list[Any]:
     out: list[Any] = []
     for part in raw:
         if part.get("type") == "text":
-            out.append(_build(TextPart, {"type": "text", "text": part["text"]}))
+            out.append(build_trusted(TextPart, {"type": "text", "text": part["text"]}))
         else:
             image = part["image_url"]
-            url = _build(ImageURL, {"url": image["url"], "detail": image.get("detail")})
-            out.append(_build(ImagePart, {"type": "image_url", "image_url": url}))
+            url = build_trusted(ImageURL, {"url": image["url"], "detail": image.get("detail")})
+            out.append(build_trusted(ImagePart, {"type": "image_url", "image_url": url}))
     return out
 
 
@@ -96,11 +81,11 @@ def to_stored(row: Any) -> StoredMessage:
      created_at, meta) = row
     content: Any = text if text is not None else (_parts(parts) if parts is not None else None)
     tool_calls = (
-        [_build(ToolCall, {"id": c["id"], "name": c["name"], "arguments": c["arguments"],
+        [build_trusted(ToolCall, {"id": c["id"], "name": c["name"], "arguments": c["arguments"],
                            "type": "function"}) for c in calls]
         if calls is not None else None
     )
-    return _build(StoredMessage, {
+    return build_trusted(StoredMessage, {
         "role": role, "content": content, "name": name, "tool_calls": tool_calls,
         "tool_call_id": call_id, "score": float(score), "pinned": bool(pinned),
         "metadata": meta if meta is not None else {}, "id": mid,
@@ -174,12 +159,12 @@ def _stored_from_row_dict(row: Mapping[str, Any], message: Message) -> StoredMes
         created_at=row["created_at"], token_count=row["token_count"],
         token_counter=row["token_counter"],
     )
-    return _build(StoredMessage, values)
+    return build_trusted(StoredMessage, values)
 
 
 def _to_conversation(row: Row[Any]) -> Conversation:
     m = row._mapping
-    return _build(Conversation, {
+    return build_trusted(Conversation, {
         "id": m["id"], "created_at": m["created_at"], "updated_at": m["updated_at"],
         "metadata": m["metadata"] if m["metadata"] is not None else {},
         "message_count": int(m["last_seq"]) - int(m["first_seq"]) + 1,

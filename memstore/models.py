@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -604,3 +604,22 @@ class ConversationState(BaseModel):
         """Parse a JSON string produced by :meth:`to_json`."""
         return cls.model_validate_json(text)
 
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def build_trusted(cls: type[_M], values: dict[str, Any]) -> _M:
+    """Instantiate a model from trusted, complete field values without validation.
+
+    The state :meth:`pydantic.BaseModel.model_construct` produces, at a fraction of its
+    cost. Internal: the read path builds one model per row it returns and one window
+    per read, from values that were validated when they were written (or computed by
+    memstore itself). ``values`` must hold every field, defaults included.
+    """
+    obj = cls.__new__(cls)
+    object.__setattr__(obj, "__dict__", values)
+    object.__setattr__(obj, "__pydantic_fields_set__", set(values))
+    object.__setattr__(obj, "__pydantic_extra__", None)
+    object.__setattr__(obj, "__pydantic_private__", None)
+    return obj

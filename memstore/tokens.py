@@ -263,6 +263,7 @@ class ApproxCounter(_NamedCounter):
             )
         self._cpt = cpt
         self._ratio = Fraction(cpt)
+        self._name = f"approx/{int(cpt)}" if cpt.is_integer() else f"approx/{cpt!r}"
 
     @property
     def chars_per_token(self) -> float:
@@ -272,8 +273,7 @@ class ApproxCounter(_NamedCounter):
     @property
     def name(self) -> str:
         """``approx/<chars_per_token>`` (``approx/4`` for 4 or 4.0, ``approx/3.5``)."""
-        cpt = self._cpt
-        return f"approx/{int(cpt)}" if cpt.is_integer() else f"approx/{cpt!r}"
+        return self._name
 
     @property
     def priming(self) -> int:
@@ -870,12 +870,13 @@ class TiktokenCounter(_NamedCounter):
                 f"TiktokenCounter encoding must be an encoding name, got {encoding!r}"
             )
         self._encoding_name = encoding
+        self._name = f"tiktoken/{encoding}"
         self._encoding = _load_encoding(encoding)
 
     @property
     def name(self) -> str:
         """``tiktoken/<encoding>``, e.g. ``tiktoken/cl100k_base``."""
-        return f"tiktoken/{self._encoding_name}"
+        return self._name
 
     @property
     def encoding_name(self) -> str:

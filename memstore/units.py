@@ -37,10 +37,11 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from memstore.history import HistorySource
-from memstore.models import StoredMessage
-from memstore.tokens import TokenCounter, message_tokens
+from memstore.models import ANCHOR_ROLES, StoredMessage
+from memstore.tokens import TokenCounter
 
 __all__ = [
     "AnchorSet",
@@ -66,9 +67,10 @@ def is_call(message: StoredMessage) -> bool:
     return message.role == "assistant" and bool(message.tool_calls)
 
 
-@dataclass(frozen=True)
-class Unit:
+class Unit(NamedTuple):
     """Messages a view keeps or drops together.
+
+    A named tuple: views build one per message they read, so it is cheap to make.
 
     Attributes:
         messages: the unit's messages, chronological. For a tool unit: the call,
@@ -103,7 +105,10 @@ class Unit:
     @property
     def anchored(self) -> bool:
         """True when any message is anchored (system, developer or pinned)."""
-        return any(m.anchored for m in self.messages)
+        for m in self.messages:  # noqa: SIM110 - a loop: no generator per unit read
+            if m.pinned or m.role in ANCHOR_ROLES:
+                return True
+        return False
 
     @property
     def is_tool_unit(self) -> bool:
@@ -116,8 +121,16 @@ class Unit:
         return self.messages[0].role == "user"
 
     def tokens(self, counter: TokenCounter) -> int:
-        """Sum of ``message_tokens`` of the unit's messages under ``counter``."""
-        return sum(message_tokens(m, counter) for m in self.messages)
+        """Sum of ``message_tokens`` of the unit's messages under ``counter``.
+
+        Inlines :func:`~memstore.tokens.message_tokens` (stored count when it came
+        from ``counter``): this runs once per unit a view reads.
+        """
+        name = counter.name
+        total = 0
+        for m in self.messages:
+            total += m.token_count if m.token_counter == name else counter.count_message(m)
+        return total
 
 
 def split_run(call: StoredMessage | None, tools: Sequence[StoredMessage]) -> list[Unit]:
@@ -320,21 +333,28 @@ class BackwardUnits:
         return self
 
     def __next__(self) -> Unit:
-        while not self._ready:
-            message = next(self._messages, None)
+        ready = self._ready
+        if ready:
+            return ready.popleft()
+        messages = self._messages
+        while True:
+            message = next(messages, None)
             if message is None:
                 if not self.pending:
                     raise StopIteration
                 self._emit(split_run(None, self._take_pending()))
             elif message.role == "tool":
                 self.pending.append(message)
-            elif is_call(message):
+                continue
+            elif message.role == "assistant" and message.tool_calls:
                 self._emit(split_run(message, self._take_pending()))
-            else:
-                if self.pending:
-                    self._emit(split_run(None, self._take_pending()))
-                self._ready.append(Unit((message,), complete=True))
-        return self._ready.popleft()
+            elif self.pending:
+                self._emit(split_run(None, self._take_pending()))
+                ready.append(Unit((message,), True))
+            else:  # the common case: a plain message with nothing pending
+                return Unit((message,), True)
+            if ready:
+                return ready.popleft()
 
     def _take_pending(self) -> list[StoredMessage]:
         tools = list(reversed(self.pending))

@@ -59,8 +59,9 @@ from memstore.models import (
     OmissionReason,
     StoredMessage,
     WindowReport,
+    build_trusted,
 )
-from memstore.tokens import TokenCounter, counter_from_name, message_tokens
+from memstore.tokens import TokenCounter, counter_from_name
 from memstore.units import (
     DEFAULT_FIRST_PAGE,
     DEFAULT_MAX_PAGE,
@@ -199,19 +200,21 @@ class _Ledger:
             if reason is None:  # pragma: no cover - a view that reads everything
                 raise AssertionError(f"seqs {first}..{last} were neither kept nor omitted")
             if runs and runs[-1].reason == reason and runs[-1].last_seq == first - 1:
-                prev = runs.pop()
-                first = prev.first_seq
-            runs.append(Omission(first_seq=first, last_seq=last, count=last - first + 1,
-                                 reason=reason))
+                first = runs.pop().first_seq
+            runs.append(build_trusted(Omission, {
+                "first_seq": first, "last_seq": last, "count": last - first + 1,
+                "reason": reason,
+            }))
 
         if self.source.message_count == 0:
             return runs
+        kept, reasons = self.kept, self.reasons
         prev = self.source.first_seq - 1
-        for seq in sorted(self.kept.keys() | self.reasons.keys()):
+        for seq in sorted(kept.keys() | reasons.keys()):
             if seq > prev + 1:
                 add(prev + 1, seq - 1, self.default)
-            if seq not in self.kept:
-                add(seq, seq, self.reasons[seq])
+            if seq not in kept:
+                add(seq, seq, reasons[seq])
             prev = seq
         if prev < self.source.last_seq:
             add(prev + 1, self.source.last_seq, self.default)
@@ -225,32 +228,39 @@ class _Ledger:
         placeholder_after: int = 0,
         skipped: int = 0,
     ) -> ContextWindow:
-        stored = [self.kept[s] for s in sorted(self.kept)]
+        kept = self.kept
+        stored = [kept[s] for s in sorted(kept)]
         messages: list[StoredMessage | Message] = list(stored)
-        tokens = sum(message_tokens(m, self.counter) for m in stored)
+        counter = self.counter
+        name = counter.name
+        tokens = 0
+        for m in stored:
+            tokens += m.token_count if m.token_counter == name else counter.count_message(m)
         if placeholder is not None:
             index = sum(1 for m in stored if m.seq <= placeholder_after)
             messages.insert(index, placeholder)
-            tokens += self.counter.count_message(placeholder)
+            tokens += counter.count_message(placeholder)
         if messages:
-            tokens += self.counter.priming
-        report = WindowReport(
-            view=type(self.view).__name__,
-            counter=self.counter.name,
-            conversation_message_count=self.source.message_count,
-            included_count=len(stored),
-            omitted=self.omissions(),
-            placeholder=placeholder.text if placeholder is not None else None,
-            skipped=skipped,
-            rows_read=self.source.rows_read,
-        )
-        return ContextWindow(
-            conversation_id=self.source.conversation_id,
-            messages=messages,
-            token_count=tokens,
-            budget=budget,
-            report=report,
-        )
+            tokens += counter.priming
+        # Every value below is computed here from validated models: build the result
+        # without re-validating it (this runs once per window read).
+        report = build_trusted(WindowReport, {
+            "view": type(self.view).__name__,
+            "counter": name,
+            "conversation_message_count": self.source.message_count,
+            "included_count": len(stored),
+            "omitted": self.omissions(),
+            "placeholder": placeholder.text if placeholder is not None else None,
+            "skipped": skipped,
+            "rows_read": self.source.rows_read,
+        })
+        return build_trusted(ContextWindow, {
+            "conversation_id": self.source.conversation_id,
+            "messages": messages,
+            "token_count": tokens,
+            "budget": budget,
+            "report": report,
+        })
 
 
 def _first_page(size_hint: int) -> int:
