@@ -13,6 +13,7 @@ token-budgeted context windows per conversation id::
 
 from importlib.metadata import PackageNotFoundError, version
 
+from memstore._cache import CacheInfo
 from memstore.aio import AsyncChatContext, AsyncMemoryStore
 from memstore.errors import (
     ConfigurationError,
@@ -73,6 +74,7 @@ __all__ = [
     "AsyncChatContext",
     "AsyncMemoryStore",
     "BufferedView",
+    "CacheInfo",
     "ChatContext",
     "ConfigurationError",
     "ConflictError",

@@ -17,6 +17,7 @@ from typing import Any, Literal, TypeVar
 from sqlalchemy import Connection, Engine
 
 from memstore import _ops, migrate
+from memstore._cache import RowCache
 from memstore._engine import default_url, install_sqlite_hooks, read_options, write_options
 from memstore.errors import ConfigurationError, InvalidInputError
 from memstore.models import (
@@ -77,6 +78,7 @@ def open_engine(
     busy_timeout: float,
     engine_options: dict[str, Any],
     *,
+    cache_size: int,
     make: Callable[..., E],
     sync_engine_of: Callable[[E], Engine],
 ) -> tuple[MigrateMode, Planner, bool, E]:
@@ -88,7 +90,10 @@ def open_engine(
     if url is not None and engine is not None:
         raise ConfigurationError("pass either url or engine, not both")
     mode = check_migrate_mode(migrate)
-    planner = Planner(counter if counter is not None else default_counter())
+    if not isinstance(cache_size, int) or isinstance(cache_size, bool) or cache_size < 0:
+        raise ConfigurationError(f"cache_size must be an int >= 0, got {cache_size!r}")
+    planner = Planner(counter if counter is not None else default_counter(),
+                      RowCache(cache_size) if cache_size else None)
     if engine is None:
         made = make(url or default_url(), busy_timeout=busy_timeout, **engine_options)
         return mode, planner, True, made
@@ -255,8 +260,9 @@ class Planner:
     only in whether they ``await`` the plan's execution.
     """
 
-    def __init__(self, counter: TokenCounter) -> None:
+    def __init__(self, counter: TokenCounter, cache: RowCache | None = None) -> None:
         self.counter = counter
+        self.cache = cache
 
     # conversations
     def create_conversation(self, id: Any, metadata: Any) -> Plan:
@@ -314,7 +320,7 @@ class Planner:
     def window(self, conversation_id: Any, view: Any) -> Plan:
         cid = check_conversation_id(conversation_id)
         counter = check_view(view).resolve_counter(self.counter)
-        return Plan(_ops.window, (cid, view, counter), snapshot=True)
+        return Plan(_ops.window, (cid, view, counter, self.cache), snapshot=True)
 
     # destructive
     def pop(self, conversation_id: Any, n: Any) -> Plan:

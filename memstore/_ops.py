@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import Connection, Row
 
 from memstore import _statements as q
+from memstore._cache import RowCache
 from memstore.errors import (
     ConflictError,
     ConversationNotFoundError,
@@ -192,6 +193,7 @@ def create_conversation(
     conn.execute(q.insert_conversation({
         "id": cid, "created_at": now, "updated_at": now, "metadata": metadata,
         "first_seq": 1, "last_seq": 0, "token_count": 0, "max_score": 1.0,
+        "epoch": q.new_epoch(),
     }))
     return _to_conversation(_conversation_row(conn, cid))
 
@@ -303,6 +305,7 @@ def set_score(conn: Connection, cid: str, seq: int, score: float) -> StoredMessa
     if row is None:
         raise MessageNotFoundError(cid, seq)
     conn.execute(*q.allocate_seqs(conn.dialect.name, cid, utcnow(), 0, 0, score))
+    conn.execute(q.update_conversation(cid, epoch=q.new_epoch()))
     return to_stored(row)
 
 
@@ -315,6 +318,7 @@ def set_pinned(conn: Connection, cid: str, seq: int, pinned: bool) -> StoredMess
     anchored = pinned or current.role in ANCHOR_ROLES
     row = conn.execute(q.update_message(cid, seq, pinned=pinned, anchored=anchored)).first()
     assert row is not None
+    conn.execute(q.update_conversation(cid, epoch=q.new_epoch()))
     return to_stored(row)
 
 
@@ -329,7 +333,7 @@ def pop(conn: Connection, cid: str, n: int) -> list[StoredMessage]:
     if removed:
         conn.execute(q.delete_messages(cid, start=start))
         conn.execute(q.update_conversation(
-            cid, last_seq=start - 1, updated_at=utcnow(),
+            cid, last_seq=start - 1, updated_at=utcnow(), epoch=q.new_epoch(),
             token_count=int(conv.token_count) - sum(m.token_count for m in removed),
         ))
     return removed
@@ -345,7 +349,7 @@ def truncate(conn: Connection, cid: str, before_seq: int) -> int:
     count, tokens = conn.execute(q.sum_tokens(cid, stop=cut)).one()
     conn.execute(q.delete_messages(cid, stop=cut))
     conn.execute(q.update_conversation(
-        cid, first_seq=cut, updated_at=utcnow(),
+        cid, first_seq=cut, updated_at=utcnow(), epoch=q.new_epoch(),
         token_count=int(conv.token_count) - int(tokens),
     ))
     return int(count)
@@ -357,7 +361,7 @@ def clear(conn: Connection, cid: str) -> int:
     count = int(conv.last_seq) - int(conv.first_seq) + 1
     conn.execute(q.delete_messages(cid))
     conn.execute(q.update_conversation(
-        cid, first_seq=1, last_seq=0, token_count=0, updated_at=utcnow()
+        cid, first_seq=1, last_seq=0, token_count=0, updated_at=utcnow(), epoch=q.new_epoch()
     ))
     return count
 
@@ -397,17 +401,26 @@ class SQLHistory(SourceBase):
     """:class:`memstore.history.HistorySource` over one conversation's rows.
 
     Every read is an indexed range on ``(conversation_id, seq)``; anchored messages
-    come through the partial index. The statements are precompiled per dialect and
-    run with ``exec_driver_sql`` (see :func:`memstore._statements.hot`). ``rows_read``
-    counts the rows returned.
+    come through the partial index, with the conversation row. The statements are
+    precompiled per dialect and run with ``exec_driver_sql`` (see
+    :func:`memstore._statements.hot`).
+
+    With a :class:`~memstore._cache.RowCache`, rows decoded by earlier windows of the
+    same conversation are reused while the conversation's epoch is unchanged (see
+    :mod:`memstore._cache`): only missing seqs are read from the database, and
+    :meth:`remember` stores what this window decoded. ``rows_read`` counts the rows
+    returned to the view, ``rows_cached`` those of them that came from the cache.
     """
 
-    def __init__(self, conn: Connection, cid: str) -> None:
-        self._conn = conn
+    def __init__(self, conn: Connection, cid: str, cache: RowCache | None = None) -> None:
         self._dialect = conn.dialect
-        self._sqlite = conn.dialect.name == "sqlite"
+        # The DBAPI connection (for asyncio drivers, SQLAlchemy's sync adapter of it).
+        dbapi = conn.connection.dbapi_connection
+        assert dbapi is not None  # a live connection inside a transaction
+        self._dbapi = dbapi
+        self._decode = "sqlite" if conn.dialect.name == "sqlite" else "postgresql"
         # One statement: the conversation's bookkeeping and its anchored messages.
-        rows = self._execute("conversation", {"cid": cid}).fetchall()
+        rows = self._execute("conversation", {"cid": cid})
         if not rows:
             raise ConversationNotFoundError(cid)
         head = rows[0]
@@ -416,21 +429,79 @@ class SQLHistory(SourceBase):
         self._last = int(head[1])
         self._max_score = float(head[2])
         self._token_total = int(head[3])
-        dialect = "sqlite" if self._sqlite else "postgresql"
-        self._anchored = [decode_raw(r[4:], dialect) for r in rows if r[4] is not None]
+        self._epoch = int(head[4])
+        self._cache = cache
+        entry = cache.get(cid) if cache is not None else None
+        # Seq -> decoded row. Shared with the cache (never mutated) until this window
+        # decodes a row of its own; then it is copied once.
+        self._known: dict[int, StoredMessage] = (
+            entry.rows if entry is not None and entry.epoch == self._epoch else {}
+        )
+        self._shared = bool(self._known)
+        self._decoded = 0
+        self._anchored: list[StoredMessage] = []
+        for r in rows:
+            if r[5] is None:  # the outer join's row when nothing is anchored
+                continue
+            message = self._known.get(int(r[6]))
+            if message is None:
+                message = decode_raw(r[5:], self._decode)
+                self._add(message)
+            self._anchored.append(message)
+        self._anchored_cached = len(self._anchored) - self._decoded
         self._newest: datetime | None = None
         self._newest_loaded = False
         self.rows_read = 0
+        self.rows_cached = 0
 
-    def _execute(self, name: str, values: dict[str, Any]) -> Any:
+    def _execute(self, name: str, values: dict[str, Any]) -> Sequence[Any]:
+        """Run a precompiled hot statement on the DBAPI cursor; all its rows.
+
+        The connection's transaction is already open (``run_in_transaction``).
+        Going around SQLAlchemy's result objects matters here: for textual SQL they
+        build column metadata on every execution, which costs more than the query.
+        """
         compiled = q.hot(self._dialect, name)
-        return self._conn.exec_driver_sql(compiled.sql, compiled.params(values))
+        cursor = self._dbapi.cursor()
+        try:
+            cursor.execute(compiled.sql, compiled.params(values))
+            return cursor.fetchall()
+        finally:
+            cursor.close()
 
-    def _messages(self, name: str, values: dict[str, Any]) -> list[StoredMessage]:
-        rows = self._execute(name, values).fetchall()
-        self.rows_read += len(rows)
-        dialect = "sqlite" if self._sqlite else "postgresql"
-        return [decode_raw(r, dialect) for r in rows]
+    def _add(self, message: StoredMessage) -> None:
+        if self._shared:
+            self._known = dict(self._known)
+            self._shared = False
+        self._known[message.seq] = message
+        self._decoded += 1
+
+    def _fetch(self, start: int, stop: int) -> None:
+        """Read and decode ``[start, stop)`` into the known rows."""
+        for r in self._execute("range", {"cid": self._cid, "start": start, "stop": stop}):
+            self._add(decode_raw(r, self._decode))
+
+    def _range(self, start: int, stop: int) -> list[StoredMessage]:
+        """Messages in ``[start, stop)`` (clipped to the stored range), chronological."""
+        start = max(start, self._first)
+        stop = min(stop, self._last + 1)
+        if stop <= start:
+            return []
+        decoded_before = self._decoded
+        known = self._known
+        missing_from = None
+        for seq in range(start, stop + 1):  # one past the end closes a trailing run
+            if seq < stop and seq not in known:
+                if missing_from is None:
+                    missing_from = seq
+            elif missing_from is not None:
+                self._fetch(missing_from, seq)
+                missing_from = None
+        known = self._known
+        out = [m for seq in range(start, stop) if (m := known.get(seq)) is not None]
+        self.rows_read += len(out)
+        self.rows_cached += len(out) - (self._decoded - decoded_before)
+        return out
 
     @property
     def newest_created_at(self) -> datetime | None:
@@ -445,25 +516,41 @@ class SQLHistory(SourceBase):
     def anchored(self) -> list[StoredMessage]:
         """Anchored messages, chronological (read with the conversation row)."""
         self.rows_read += len(self._anchored)
+        self.rows_cached += self._anchored_cached
         return list(self._anchored)
 
     def read(self, start: int, stop: int) -> list[StoredMessage]:
         """Messages in ``[start, stop)``, chronological."""
-        if stop <= start:
-            return []
-        return self._messages("range", {"cid": self._cid, "start": start, "stop": stop})
+        return self._range(start, stop)
 
     def read_newest_first(self, before: int, limit: int) -> list[StoredMessage]:
         """Up to ``limit`` messages older than ``before``, newest first."""
-        if limit <= 0 or before <= self._first:
+        if limit <= 0:
             return []
-        return self._messages("newest_first",
-                              {"cid": self._cid, "before": before, "limit": limit})
+        before = min(before, self._last + 1)
+        page = self._range(max(self._first, before - limit), before)
+        page.reverse()
+        return page
+
+    def remember(self) -> None:
+        """Store the rows this window decoded in the cache (a no-op without one)."""
+        if self._cache is None:
+            return
+        self._cache.record(self.rows_cached, self.rows_read - self.rows_cached)
+        if self._decoded:
+            self._cache.put(self._cid, self._epoch, self._known)
 
 
-def window(conn: Connection, cid: str, view: Any, counter: Any) -> Any:
-    """Select a window through ``view`` (pure) over this conversation's rows."""
-    return view.select(SQLHistory(conn, cid), counter)
+def window(conn: Connection, cid: str, view: Any, counter: Any,
+           cache: RowCache | None = None) -> Any:
+    """Select a window through ``view`` (pure) over this conversation's rows.
+
+    Runs in a read transaction only: the rows it caches are committed ones.
+    """
+    source = SQLHistory(conn, cid, cache)
+    result = view.select(source, counter)
+    source.remember()
+    return result
 
 
 # ---- state ----------------------------------------------------------------------------
@@ -505,6 +592,7 @@ def load_state(
             "metadata": dict(c.metadata), "first_seq": first, "last_seq": first + len(src) - 1,
             "token_count": sum(m.token_count for m in src),
             "max_score": max([1.0, *(m.score for m in src)]),
+            "epoch": q.new_epoch(),
         }))
         seqs = [m.seq for m in src]
     else:

@@ -7,6 +7,7 @@ Every statement here is scoped to one conversation id except
 
 from __future__ import annotations
 
+import secrets
 from datetime import datetime
 from typing import Any
 
@@ -47,6 +48,7 @@ __all__ = [
     "list_conversations",
     "messages_by_ids",
     "messages_range",
+    "new_epoch",
     "sum_tokens",
     "update_conversation",
     "update_message",
@@ -93,6 +95,7 @@ def _allocate_statement(dialect: str) -> Any:
         created_at=bindparam("now", type_=conversations.c.created_at.type),
         updated_at=bindparam("now", type_=conversations.c.updated_at.type),
         metadata=bindparam("meta", type_=conversations.c.metadata.type),
+        epoch=bindparam("epoch", type_=BigInteger()),
         first_seq=1,
         last_seq=bindparam("count", type_=BigInteger()),
         token_count=bindparam("tokens", type_=BigInteger()),
@@ -127,7 +130,16 @@ def allocate_seqs(
     if stmt is None:
         stmt = _ALLOCATE[dialect] = _allocate_statement(dialect)
     return stmt, {"cid": cid, "now": now, "meta": {}, "count": count, "tokens": tokens,
-                  "max_score": max_score}
+                  "max_score": max_score, "epoch": new_epoch()}
+
+
+def new_epoch() -> int:
+    """A fresh conversation epoch: a random positive 63-bit integer (fits BIGINT).
+
+    Random rather than incremented, so a conversation deleted and created again
+    never repeats an epoch a cache may still hold.
+    """
+    return secrets.randbits(63) | 1
 
 
 def update_conversation(cid: str, **values: Any) -> Update:
@@ -225,7 +237,7 @@ def _hot_statements() -> dict[str, Any]:
         # The conversation row and its anchored messages in one statement (one row per
         # anchored message; one row with NULL message columns when there are none).
         "conversation": select(
-            C.first_seq, C.last_seq, C.max_score, C.token_count, *MESSAGE_COLUMNS
+            C.first_seq, C.last_seq, C.max_score, C.token_count, C.epoch, *MESSAGE_COLUMNS
         ).select_from(
             conversations.outerjoin(messages, and_(M.conversation_id == C.id, ANCHORED))
         ).where(C.id == cid).order_by(M.seq),

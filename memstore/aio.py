@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memstore import _base
 from memstore._base import MessageLike, MigrateMode, Plan
+from memstore._cache import DEFAULT_CACHE_SIZE, CacheInfo
 from memstore._engine import make_async_engine, write_options
 from memstore.errors import ConversationNotFoundError, translate_db_errors
 from memstore.models import (
@@ -58,6 +59,11 @@ class AsyncMemoryStore:
         counter: the default token counter (default: offline tiktoken cl100k_base).
         migrate: as for MemoryStore; applied on first use (or ``await store.setup()``).
         busy_timeout: seconds a SQLite writer waits for the write lock.
+        cache_size: messages of decoded rows the store keeps in process memory, so a
+            window re-reads from the database only what earlier windows did not
+            already decode (usually just the newest messages). Cached rows are
+            validated against the conversation's epoch in every read, so other
+            processes' writes are always seen. ``0`` disables the cache.
         **engine_options: passed to :func:`create_async_engine` (one pool per store,
             sized by you: ``pool_size``, ``max_overflow``…).
     """
@@ -70,10 +76,12 @@ class AsyncMemoryStore:
         counter: TokenCounter | None = None,
         migrate: MigrateMode = "auto",
         busy_timeout: float = 30.0,
+        cache_size: int = DEFAULT_CACHE_SIZE,
         **engine_options: Any,
     ) -> None:
         self._mode, self._plan, self._owns_engine, self._engine = _base.open_engine(
             url, engine, counter, migrate, busy_timeout, engine_options,
+            cache_size=cache_size,
             make=make_async_engine, sync_engine_of=lambda e: e.sync_engine,
         )
         self._ready = False
@@ -88,6 +96,20 @@ class AsyncMemoryStore:
     def counter(self) -> TokenCounter:
         """The store's default token counter."""
         return self._plan.counter
+
+    def clear_cache(self) -> None:
+        """Forget every cached row (after editing memstore's tables by hand).
+
+        Only needed when an UPDATE or DELETE outside memstore changed stored messages
+        without setting a new ``memstore_conversations.epoch``.
+        """
+        if self._plan.cache is not None:
+            self._plan.cache.clear()
+
+    def cache_info(self) -> CacheInfo:
+        """Statistics of the row cache: rows served from it, rows read, size."""
+        cache = self._plan.cache
+        return cache.info() if cache is not None else CacheInfo(0, 0, 0, 0, 0)
 
     async def setup(self) -> None:
         """Apply the ``migrate`` policy now (otherwise done on first use).

@@ -5,8 +5,8 @@ scoped to one conversation (and a sharded deployment can distribute both tables
 on ``conversation_id``):
 
 * ``memstore_conversations``: one row per conversation; it hands out seqs
-  (``last_seq``) under a row lock and keeps running totals so that counts never
-  scan history.
+  (``last_seq``) under a row lock, keeps running totals so that counts never
+  scan history, and carries the ``epoch`` that validates cached rows.
 * ``memstore_messages``: primary key ``(conversation_id, seq)``, which is the index
   every window walks newest-first. A partial index covers anchored messages
   (system, developer, pinned) so views fetch them without scanning.
@@ -100,6 +100,10 @@ conversations = Table(
     Column("token_count", BigInteger(), nullable=False, server_default=text("0")),
     # Upper bound of every stored base score; only ever raised (a stale bound is still a bound).
     Column("max_score", Double(), nullable=False, server_default=text("1.0")),
+    # A random token replaced whenever stored messages change other than by appending
+    # (score, pin, pop, truncate, clear; a new conversation row gets a new one). Readers
+    # keep decoded rows in a process-local cache and trust them while the epoch holds.
+    Column("epoch", BigInteger(), nullable=False, server_default=text("0")),
     PrimaryKeyConstraint("id"),
     CheckConstraint("first_seq >= 1", name="first_seq_positive"),
     CheckConstraint("last_seq >= first_seq - 1", name="seq_range"),

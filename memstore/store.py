@@ -24,6 +24,7 @@ from sqlalchemy import Engine
 
 from memstore import _base
 from memstore._base import MessageLike, MigrateMode, Plan
+from memstore._cache import DEFAULT_CACHE_SIZE, CacheInfo
 from memstore._engine import make_engine, write_options
 from memstore.errors import ConversationNotFoundError, translate_db_errors
 from memstore.models import (
@@ -53,6 +54,11 @@ class MemoryStore:
         migrate: ``"auto"`` (upgrade an embedded SQLite database; check that a server
             database is at head), ``"check"``, ``"upgrade"`` or ``"off"``.
         busy_timeout: seconds a SQLite writer waits for the write lock.
+        cache_size: messages of decoded rows the store keeps in process memory, so a
+            window re-reads from the database only what earlier windows did not
+            already decode (usually just the newest messages). Cached rows are
+            validated against the conversation's epoch in every read, so other
+            processes' writes are always seen. ``0`` disables the cache.
         **engine_options: passed to :func:`sqlalchemy.create_engine` (``pool_size``…).
 
     Raises:
@@ -69,10 +75,12 @@ class MemoryStore:
         counter: TokenCounter | None = None,
         migrate: MigrateMode = "auto",
         busy_timeout: float = 30.0,
+        cache_size: int = DEFAULT_CACHE_SIZE,
         **engine_options: Any,
     ) -> None:
         mode, self._plan, self._owns_engine, self._engine = _base.open_engine(
             url, engine, counter, migrate, busy_timeout, engine_options,
+            cache_size=cache_size,
             make=make_engine, sync_engine_of=lambda e: e,
         )
         try:
@@ -93,6 +101,20 @@ class MemoryStore:
     def counter(self) -> TokenCounter:
         """The store's default token counter."""
         return self._plan.counter
+
+    def clear_cache(self) -> None:
+        """Forget every cached row (after editing memstore's tables by hand).
+
+        Only needed when an UPDATE or DELETE outside memstore changed stored messages
+        without setting a new ``memstore_conversations.epoch``.
+        """
+        if self._plan.cache is not None:
+            self._plan.cache.clear()
+
+    def cache_info(self) -> CacheInfo:
+        """Statistics of the row cache: rows served from it, rows read, size."""
+        cache = self._plan.cache
+        return cache.info() if cache is not None else CacheInfo(0, 0, 0, 0, 0)
 
     def _execute(self, plan: Plan) -> Any:
         prepared = plan.prepare() if plan.prepare is not None else None
