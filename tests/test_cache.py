@@ -1,0 +1,265 @@
+"""The row cache: windows reuse decoded rows only while the conversation's epoch holds.
+
+Every test compares a caching store with a store that has no cache (``cache_size=0``)
+on the same database: their windows must be identical after any sequence of writes,
+whichever store (or process) made them.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from memstore import _ops
+from memstore._cache import RowCache
+from memstore.errors import ConfigurationError, ConversationNotFoundError
+from memstore.models import Message
+from memstore.store import MemoryStore
+from memstore.tokens import FixedCounter
+from memstore.views import (
+    BufferedView,
+    ContextView,
+    HeadAndTailView,
+    ScoreBasedView,
+    TokenLimitedView,
+    UnboundedView,
+)
+from tests.helpers import call
+from tests.test_windows import conversation
+
+VIEWS: list[ContextView] = [
+    TokenLimitedView(600),
+    TokenLimitedView(250, start_on_user=True),
+    ScoreBasedView(500),
+    ScoreBasedView(400, half_life=60.0),
+    HeadAndTailView(3, 12),
+    BufferedView(15),
+    UnboundedView(),
+]
+
+
+@pytest.fixture
+def pair(db_url: str, counter: FixedCounter) -> Iterator[tuple[MemoryStore, MemoryStore]]:
+    """A caching store and an uncached one (the 'other process') on one database."""
+    cached = MemoryStore(db_url, counter=counter)
+    plain = MemoryStore(db_url, counter=counter, cache_size=0)
+    yield cached, plain
+    cached.close()
+    plain.close()
+
+
+def same_windows(cached: MemoryStore, plain: MemoryStore, cid: str) -> None:
+    for view in VIEWS:
+        try:
+            expected = plain.window(cid, view)
+        except ConversationNotFoundError:
+            with pytest.raises(ConversationNotFoundError):
+                cached.window(cid, view)
+            continue
+        assert cached.window(cid, view) == expected, view
+
+
+def test_a_warm_window_reads_only_the_new_rows(pair: tuple[MemoryStore, MemoryStore]) -> None:
+    cached, plain = pair
+    plain.extend("c", conversation(60))
+    view = TokenLimitedView(600)
+    first = cached.window("c", view)
+    info = cached.cache_info()
+    assert info.hits == 0 and info.misses == first.report.rows_read
+    assert cached.window("c", view) == first
+    info2 = cached.cache_info()
+    assert info2.misses == info.misses  # nothing read from the database again
+    assert info2.hits == first.report.rows_read
+    plain.append("c", Message.user("one more"))
+    plain.append("c", Message.assistant("and a reply"))
+    third = cached.window("c", view)
+    assert third == plain.window("c", view)
+    assert cached.cache_info().misses == info.misses + 2  # just the two new rows
+
+
+MUTATIONS: dict[str, Callable[[MemoryStore], Any]] = {
+    "set_score": lambda s: s.set_score("c", 5, 9.0),
+    "pin": lambda s: s.pin("c", 4),
+    "unpin": lambda s: s.unpin("c", 6),
+    "pop_then_append_same_seq": lambda s: (s.pop("c", 3), s.append("c", Message.user("new"))),
+    "truncate": lambda s: s.truncate("c", before_seq=20),
+    "clear_then_refill": lambda s: (s.clear("c"), s.extend("c", conversation(5, seed=99))),
+    "delete_then_recreate": lambda s: (
+        s.delete_conversation("c"), s.extend("c", conversation(40, seed=98))
+    ),
+    "load_state_replace": lambda s: s.load_state(
+        s.save_state("c").model_copy(update={"messages": s.save_state("c").messages[:30]}),
+        "c",
+    ),
+}
+
+
+#: What a mutation needs done before the cache is filled.
+SETUP: dict[str, Callable[[MemoryStore], Any]] = {"unpin": lambda s: s.pin("c", 6)}
+
+
+@pytest.mark.parametrize("mutation", sorted(MUTATIONS))
+def test_a_change_made_elsewhere_is_seen(
+    pair: tuple[MemoryStore, MemoryStore], mutation: str
+) -> None:
+    cached, plain = pair
+    plain.extend("c", conversation(40))
+    if mutation in SETUP:
+        SETUP[mutation](plain)
+    same_windows(cached, plain, "c")  # fills the cache with every view's rows
+    before = cached.window("c", UnboundedView())
+    MUTATIONS[mutation](plain)
+    same_windows(cached, plain, "c")
+    assert cached.window("c", UnboundedView()) != before  # the change is visible
+
+
+def test_random_writes_from_both_stores_keep_windows_identical(
+    pair: tuple[MemoryStore, MemoryStore],
+) -> None:
+    cached, plain = pair
+    rng = random.Random(5)
+    source = conversation(300, seed=3)
+    position = 0
+
+    def next_messages(n: int) -> list[Message]:
+        nonlocal position
+        chunk = source[position:position + n]
+        position += n
+        return chunk
+
+    plain.extend("c", next_messages(40))
+    for _ in range(60):
+        writer = rng.choice([cached, plain])
+        op = rng.choice(["append", "append", "extend", "score", "pin", "pop", "truncate"])
+        last = writer.get_conversation("c").message_count
+        first_seq = writer.messages("c", limit=1)[0].seq if last else 1
+        last_seq = first_seq + last - 1
+        if op == "append":
+            writer.extend("c", next_messages(1))
+        elif op == "extend":
+            writer.extend("c", next_messages(rng.randint(2, 9)))
+        elif op == "score" and last:
+            writer.set_score("c", rng.randint(first_seq, last_seq), rng.choice([0.0, 2.5]))
+        elif op == "pin" and last:
+            seq = rng.randint(first_seq, last_seq)
+            (writer.pin if rng.random() < 0.6 else writer.unpin)("c", seq)
+        elif op == "pop" and last > 10:
+            writer.pop("c", rng.randint(1, 3))
+        elif op == "truncate" and last > 30:
+            writer.truncate("c", before_seq=first_seq + rng.randint(1, 5))
+        same_windows(cached, plain, "c")
+    assert cached.cache_info().hits > 0
+
+
+def test_rows_beyond_the_snapshot_are_never_served(
+    pair: tuple[MemoryStore, MemoryStore], counter: FixedCounter
+) -> None:
+    # A reader whose snapshot is older than the one that filled the cache holds fewer
+    # messages than the cache: the extra cached rows must stay invisible to it.
+    cached, plain = pair
+    plain.extend("c", conversation(20))
+    cache = cached._plan.cache
+    assert cache is not None
+    cached.window("c", UnboundedView())
+    entry = cache.get("c")
+    assert entry is not None
+    newest = max(entry.rows)
+    future = entry.rows[newest].model_copy(update={"seq": newest + 1, "content": "future"})
+    cache.put("c", entry.epoch, {**entry.rows, newest + 1: future})
+    window = cached.window("c", UnboundedView())
+    assert window == plain.window("c", UnboundedView())
+    assert all(m.text != "future" for m in window.messages)
+
+
+def test_an_edit_by_hand_needs_a_new_epoch_or_clear_cache(
+    pair: tuple[MemoryStore, MemoryStore], db_url: str
+) -> None:
+    cached, plain = pair
+    plain.extend("c", conversation(10))
+    view = UnboundedView()
+    cached.window("c", view)
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(text(
+            "UPDATE memstore_messages SET content_text = 'edited' "
+            "WHERE conversation_id = 'c' AND seq = 2"
+        ))
+    # Documented limit: an out-of-band edit that leaves the epoch alone is not seen...
+    assert cached.window("c", view) != plain.window("c", view)
+    cached.clear_cache()
+    assert cached.window("c", view) == plain.window("c", view)
+    with engine.begin() as conn:
+        conn.execute(text(
+            "UPDATE memstore_messages SET content_text = 'edited again' "
+            "WHERE conversation_id = 'c' AND seq = 2"
+        ))
+        conn.execute(text("UPDATE memstore_conversations SET epoch = epoch + 1 WHERE id = 'c'"))
+    # ...one that also sets a new epoch is.
+    assert cached.window("c", view) == plain.window("c", view)
+    engine.dispose()
+
+
+def test_the_cache_is_bounded_least_recently_used_first(
+    db_url: str, counter: FixedCounter
+) -> None:
+    store = MemoryStore(db_url, counter=counter, cache_size=120)
+    for i in range(6):
+        store.extend(f"c{i}", conversation(30, seed=i))
+        store.window(f"c{i}", UnboundedView())
+        assert store.cache_info().size <= 120
+    info = store.cache_info()
+    assert info.max_size == 120 and info.conversations < 6
+    cache = store._plan.cache
+    assert cache is not None and cache.get("c5") is not None and cache.get("c0") is None
+    # One conversation bigger than the cache keeps its anchored rows and the newest.
+    store.extend("big", conversation(200, seed=9))
+    store.window("big", UnboundedView())
+    entry = cache.get("big")
+    assert entry is not None and len(entry.rows) == 120
+    assert 1 in entry.rows  # the system prompt
+    assert max(entry.rows) == store.get_conversation("big").message_count
+    store.close()
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "10", True, None])
+def test_cache_size_is_validated(db_url: str, bad: Any) -> None:
+    with pytest.raises(ConfigurationError, match="cache_size"):
+        MemoryStore(db_url, cache_size=bad)
+
+
+def test_disabled_cache_reports_zeros(db_url: str, counter: FixedCounter) -> None:
+    store = MemoryStore(db_url, counter=counter, cache_size=0)
+    store.extend("c", conversation(5))
+    store.window("c", UnboundedView())
+    assert tuple(store.cache_info()) == (0, 0, 0, 0, 0)
+    store.clear_cache()  # harmless
+    store.close()
+
+
+async def test_async_store_caches_the_same_way(store: Any, counter: FixedCounter) -> None:
+    await call(store.extend("c", conversation(30)))
+    view = TokenLimitedView(400)
+    first = await call(store.window("c", view))
+    misses = store.cache_info().misses
+    assert await call(store.window("c", view)) == first
+    assert store.cache_info().misses == misses
+    assert store.cache_info().hits >= first.report.rows_read
+    await call(store.pop("c", 2))
+    after = await call(store.window("c", view))
+    assert after.seqs[-1] == first.seqs[-1] - 2
+
+
+def test_a_write_transaction_never_fills_the_cache(
+    pair: tuple[MemoryStore, MemoryStore],
+) -> None:
+    cached, _ = pair
+    cached.extend("c", conversation(10))
+    cached.pop("c", 1)
+    cached.set_score("c", 2, 3.0)
+    cache = cached._plan.cache
+    assert isinstance(cache, RowCache) and len(cache) == 0
+    assert _ops.window.__doc__ and "read transaction" in _ops.window.__doc__
