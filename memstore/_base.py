@@ -59,6 +59,20 @@ def run_in_transaction(
         return fn(conn, *args)
 
 
+def run_without_transaction(conn: Connection, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+    """Run a read ``fn(conn, *args)`` with no transaction: each statement autocommits.
+
+    For reads that validate themselves across statements and raise
+    :class:`memstore._ops.StaleRead` otherwise (the window path). SQLite connections
+    already autocommit until memstore emits ``BEGIN``; a PostgreSQL connection is
+    switched to autocommit (a client-side flag, reset when the connection returns to
+    the pool), so no ``BEGIN``/``COMMIT`` round trips are made.
+    """
+    if conn.dialect.name == "postgresql":
+        conn.execution_options(isolation_level="AUTOCOMMIT")
+    return fn(conn, *args)
+
+
 def ensure_schema(conn: Connection, mode: MigrateMode) -> None:
     """Apply the store's ``migrate`` policy on an open connection (in a write transaction)."""
     if mode == "off":
@@ -238,6 +252,9 @@ class Plan:
         prepare: CPU work done before the transaction (validation, tokenisation);
             its result is passed as the last argument. The async store runs it in a
             worker thread so the event loop keeps going.
+        prepare_items: how many items ``prepare`` handles (the async store's hint).
+        optimistic: first try without a transaction (the read validates itself and
+            raises :class:`memstore._ops.StaleRead` when it must be redone in one).
     """
 
     fn: Callable[..., Any]
@@ -246,10 +263,16 @@ class Plan:
     snapshot: bool = False
     prepare: Callable[[], Any] | None = None
     prepare_items: int = 0
+    optimistic: bool = False
 
     def run(self, conn: Connection, prepared: Any = None) -> Any:
-        """Execute on ``conn`` inside one transaction."""
+        """Execute on ``conn`` inside one transaction (or optimistically without one)."""
         args = self.args if self.prepare is None else (*self.args, prepared)
+        if self.optimistic:
+            try:
+                return run_without_transaction(conn, self.fn, args)
+            except _ops.StaleRead:
+                pass  # a rewrite landed between two statements: read in one snapshot
         return run_in_transaction(conn, self.fn, args, self.write, self.snapshot)
 
 
@@ -320,7 +343,8 @@ class Planner:
     def window(self, conversation_id: Any, view: Any) -> Plan:
         cid = check_conversation_id(conversation_id)
         counter = check_view(view).resolve_counter(self.counter)
-        return Plan(_ops.window, (cid, view, counter, self.cache), snapshot=True)
+        return Plan(_ops.window, (cid, view, counter, self.cache), snapshot=True,
+                    optimistic=True)
 
     # destructive
     def pop(self, conversation_id: Any, n: Any) -> Plan:

@@ -38,11 +38,18 @@ from memstore.models import (
     build_trusted,
 )
 
-__all__ = ["Prepared", "SQLHistory"]
+__all__ = ["Prepared", "SQLHistory", "StaleRead"]
 
 #: Rows per INSERT batch: bounds statement size and, on asyncio, how long the
 #: event loop runs Python code between two awaits of the driver.
 INSERT_CHUNK = 500
+
+
+class StaleRead(Exception):
+    """A window read outside a transaction saw its conversation change under it.
+
+    Internal: the store reads the window again in one snapshot transaction.
+    """
 
 
 class Prepared(NamedTuple):
@@ -410,6 +417,16 @@ class SQLHistory(SourceBase):
     :mod:`memstore._cache`): only missing seqs are read from the database, and
     :meth:`remember` stores what this window decoded. ``rows_read`` counts the rows
     returned to the view, ``rows_cached`` those of them that came from the cache.
+
+    **Reads without a transaction.** On a connection with no transaction open, each
+    statement is its own snapshot. The first one reads the conversation row (seq
+    range, epoch) and its anchored messages; every later range read carries the
+    condition "the epoch is still the one read first". Rows of ``[first_seq,
+    last_seq]`` change only together with the epoch, so while it holds each range
+    returns exactly the rows that snapshot held; if it changed in between, the range
+    comes back short and :class:`StaleRead` makes the store read again in one
+    snapshot transaction. A warm window thus costs one statement and no ``BEGIN``
+    or ``COMMIT``: one round trip on PostgreSQL instead of three.
     """
 
     def __init__(self, conn: Connection, cid: str, cache: RowCache | None = None) -> None:
@@ -419,6 +436,7 @@ class SQLHistory(SourceBase):
         assert dbapi is not None  # a live connection inside a transaction
         self._dbapi = dbapi
         self._decode = "sqlite" if conn.dialect.name == "sqlite" else "postgresql"
+        self._checked = not conn.in_transaction()
         # One statement: the conversation's bookkeeping and its anchored messages.
         rows = self._execute("conversation", {"cid": cid})
         if not rows:
@@ -477,8 +495,16 @@ class SQLHistory(SourceBase):
         self._decoded += 1
 
     def _fetch(self, start: int, stop: int) -> None:
-        """Read and decode ``[start, stop)`` into the known rows."""
-        for r in self._execute("range", {"cid": self._cid, "start": start, "stop": stop}):
+        """Read and decode ``[start, stop)`` (inside the stored range) into the known rows."""
+        if self._checked:
+            rows = self._execute("range_checked", {
+                "cid": self._cid, "start": start, "stop": stop, "epoch": self._epoch,
+            })
+            if len(rows) != stop - start:
+                raise StaleRead(self._cid)
+        else:
+            rows = self._execute("range", {"cid": self._cid, "start": start, "stop": stop})
+        for r in rows:
             self._add(decode_raw(r, self._decode))
 
     def _range(self, start: int, stop: int) -> list[StoredMessage]:
@@ -545,7 +571,8 @@ def window(conn: Connection, cid: str, view: Any, counter: Any,
            cache: RowCache | None = None) -> Any:
     """Select a window through ``view`` (pure) over this conversation's rows.
 
-    Runs in a read transaction only: the rows it caches are committed ones.
+    Runs in a read transaction, or with none (see :class:`SQLHistory`); never in a
+    write transaction, so the rows it caches are committed ones.
     """
     source = SQLHistory(conn, cid, cache)
     result = view.select(source, counter)

@@ -245,6 +245,16 @@ def _hot_statements() -> dict[str, Any]:
             cid, start=bindparam("start", type_=BigInteger),
             stop=bindparam("stop", type_=BigInteger),
         ),
+        # The same range, outside a transaction: rows come back only while the
+        # conversation's epoch is still the one the window started from (see
+        # ``memstore._ops.SQLHistory``). The subquery is uncorrelated: evaluated once.
+        "range_checked": messages_range(
+            cid, start=bindparam("start", type_=BigInteger),
+            stop=bindparam("stop", type_=BigInteger),
+        ).where(
+            select(C.id).where(C.id == cid, C.epoch == bindparam("epoch", type_=BigInteger))
+            .exists()
+        ),
         "newest_first": messages_range(
             cid, stop=bindparam("before", type_=BigInteger),
             limit=bindparam("limit", type_=Integer), newest_first=True,

@@ -263,3 +263,43 @@ def test_a_write_transaction_never_fills_the_cache(
     cache = cached._plan.cache
     assert isinstance(cache, RowCache) and len(cache) == 0
     assert _ops.window.__doc__ and "read transaction" in _ops.window.__doc__
+
+
+@pytest.mark.parametrize("change", ["set_score", "pop", "delete"])
+def test_a_rewrite_between_two_statements_makes_the_window_read_again_in_a_snapshot(
+    pair: tuple[MemoryStore, MemoryStore], change: str
+) -> None:
+    # Windows run without a transaction; every range read after the first statement
+    # checks the epoch. Force a rewrite right between the two statements.
+    cached, plain = pair
+    plain.extend("c", conversation(40))
+    real_execute = _ops.SQLHistory._execute
+    calls: list[tuple[str, bool]] = []
+
+    def execute(self: Any, name: str, values: dict[str, Any]) -> Any:
+        calls.append((name, self._checked))
+        if name == "range_checked" and sum(n == name for n, _ in calls) == 1:
+            if change == "set_score":
+                plain.set_score("c", 30, 4.0)
+            elif change == "pop":
+                plain.pop("c", 2)
+            else:
+                plain.delete_conversation("c")
+        return real_execute(self, name, values)
+
+    _ops.SQLHistory._execute = execute  # type: ignore[method-assign]
+    try:
+        if change == "delete":
+            with pytest.raises(ConversationNotFoundError):
+                cached.window("c", UnboundedView())
+        else:
+            window = cached.window("c", UnboundedView())
+    finally:
+        _ops.SQLHistory._execute = real_execute  # type: ignore[method-assign]
+    # First attempt without a transaction, then again in one snapshot (plain ranges).
+    assert calls[0] == ("conversation", True)
+    assert ("range_checked", True) in calls
+    assert ("conversation", False) in calls
+    if change != "delete":
+        assert window == plain.window("c", UnboundedView())
+        assert ("range", False) in calls
