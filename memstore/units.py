@@ -222,41 +222,51 @@ class ReverseReader:
         self._page = max(1, first_page)
         self._max_page = max(self._page, max_page)
         self._observer = observer
-        self._buffer: deque[StoredMessage] = deque()
         self._done = self._before <= self._floor
+        self._page_left = False
+        self._messages = self._generate()
 
     @property
     def exhausted(self) -> bool:
         """True once every message down to ``floor`` has been returned."""
-        return self._done and not self._buffer
+        return self._done and not self._page_left
 
     def __iter__(self) -> Iterator[StoredMessage]:
-        return self
+        # The generator itself: a for loop over the reader resumes it directly.
+        return self._messages
 
     def __next__(self) -> StoredMessage:
-        if not self._buffer:
-            self._fill()
-            if not self._buffer:
-                raise StopIteration
-        message = self._buffer.popleft()
-        if self._observer is not None:
-            self._observer(message)
-        return message
+        return next(self._messages)
 
-    def _fill(self) -> None:
-        if self._done:
-            return
+    def _generate(self) -> Iterator[StoredMessage]:
+        observer = self._observer
+        while not self._done:
+            page = self._next_page()
+            if not page:
+                return
+            self._page_left = True
+            if observer is None:
+                yield from page
+            else:
+                for message in page:
+                    observer(message)
+                    yield message
+            self._page_left = False
+
+    def _next_page(self) -> list[StoredMessage]:
         limit = min(self._page, self._before - self._floor)
         self._page = min(self._page * 2, self._max_page)
         page = self._source.read_newest_first(self._before, limit)
-        page = [m for m in page if m.seq >= self._floor]
+        floor = self._floor
+        if page and page[-1].seq < floor:
+            page = [m for m in page if m.seq >= floor]
         if not page:
             self._done = True
-            return
-        self._buffer.extend(page)
+            return page
         self._before = page[-1].seq
-        if self._before <= self._floor or len(page) < limit:
+        if self._before <= floor or len(page) < limit:
             self._done = True
+        return page
 
 
 class ForwardReader:
@@ -324,45 +334,40 @@ class BackwardUnits:
     """
 
     def __init__(self, messages: Iterator[StoredMessage]) -> None:
-        self._messages = messages
-        self._ready: deque[Unit] = deque()
         self.pending: list[StoredMessage] = []
         """Tool messages read but not yet grouped (newest first)."""
+        self._units = self._generate(messages)
 
     def __iter__(self) -> Iterator[Unit]:
-        return self
+        # The generator itself: a for loop over the grouper resumes it directly.
+        return self._units
 
     def __next__(self) -> Unit:
-        ready = self._ready
-        if ready:
-            return ready.popleft()
-        messages = self._messages
-        while True:
-            message = next(messages, None)
-            if message is None:
-                if not self.pending:
-                    raise StopIteration
-                self._emit(split_run(None, self._take_pending()))
-            elif message.role == "tool":
+        return next(self._units)
+
+    def _generate(self, messages: Iterator[StoredMessage]) -> Iterator[Unit]:
+        for message in messages:
+            role = message.role
+            if role == "tool":
                 self.pending.append(message)
-                continue
-            elif message.role == "assistant" and message.tool_calls:
-                self._emit(split_run(message, self._take_pending()))
+            elif role == "assistant" and message.tool_calls:
+                yield from self._ordered(split_run(message, self._take_pending()))
             elif self.pending:
-                self._emit(split_run(None, self._take_pending()))
-                ready.append(Unit((message,), True))
+                yield from self._ordered(split_run(None, self._take_pending()))
+                yield Unit((message,), True)
             else:  # the common case: a plain message with nothing pending
-                return Unit((message,), True)
-            if ready:
-                return ready.popleft()
+                yield Unit((message,), True)
+        if self.pending:
+            yield from self._ordered(split_run(None, self._take_pending()))
 
     def _take_pending(self) -> list[StoredMessage]:
         tools = list(reversed(self.pending))
         self.pending = []
         return tools
 
-    def _emit(self, units: list[Unit]) -> None:
-        self._ready.extend(sorted(units, key=lambda u: u.last_seq, reverse=True))
+    @staticmethod
+    def _ordered(units: list[Unit]) -> list[Unit]:
+        return sorted(units, key=lambda u: u.last_seq, reverse=True)
 
 
 class ForwardUnits:
