@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Row
+from sqlalchemy.util import await_only
 
 from memstore import _statements as q
 from memstore._cache import RowCache
@@ -435,6 +436,9 @@ class SQLHistory(SourceBase):
         dbapi = conn.connection.dbapi_connection
         assert dbapi is not None  # a live connection inside a transaction
         self._dbapi = dbapi
+        self._aiosqlite = (
+            conn.connection.driver_connection if conn.dialect.driver == "aiosqlite" else None
+        )
         self._decode = "sqlite" if conn.dialect.name == "sqlite" else "postgresql"
         self._checked = not conn.in_transaction()
         # One statement: the conversation's bookkeeping and its anchored messages.
@@ -480,6 +484,13 @@ class SQLHistory(SourceBase):
         build column metadata on every execution, which costs more than the query.
         """
         compiled = q.hot(self._dialect, name)
+        if self._aiosqlite is not None:
+            # aiosqlite runs each driver call in its own thread, and SQLAlchemy's cursor
+            # adapter makes four calls per statement; execute_fetchall makes one.
+            rows: Sequence[Any] = await_only(
+                self._aiosqlite.execute_fetchall(compiled.sql, compiled.params(values))
+            )
+            return rows
         cursor = self._dbapi.cursor()
         try:
             cursor.execute(compiled.sql, compiled.params(values))
