@@ -27,7 +27,7 @@ from typing import Any
 
 from benchmarks.checks import check_window
 from benchmarks.measure import MemoryPhase, stats, traced_peak_kib
-from benchmarks.systems import group_classes
+from benchmarks.systems import PAIRED_FLOOR, floor_classes, group_classes
 from benchmarks.systems.base import Context, DbTarget, Msg, SkipSystem, System, WindowSpec
 from benchmarks.tokens import counters, prime_tiktoken_cache
 from benchmarks.workload import MAIN_ID, Workload
@@ -48,6 +48,8 @@ class Profile:
             repetitions, at least one).
         warmup: untimed calls before a series when calls are fast (< 0.1 s).
         appends: messages appended in the append phase.
+        turns: agent turns (append one message, then fetch the 4k window) per system.
+        paired_reps: alternating memstore/floor fetch pairs in the paired phase.
         async_extend: messages written by the extra async ``extend`` measurement.
     """
 
@@ -57,6 +59,8 @@ class Profile:
     series_cap_s: float = 40.0
     warmup: int = 3
     appends: int = 100
+    turns: int = 100
+    paired_reps: int = 600
     async_extend: int = 10_000
 
     @classmethod
@@ -69,6 +73,8 @@ class Profile:
             series_cap_s=2.5,
             warmup=1,
             appends=10,
+            turns=10,
+            paired_reps=60,
             async_extend=500,
         )
 
@@ -272,6 +278,71 @@ def _measure_windows(
     writer.flush()
 
 
+def _measure_paired(
+    db: DbTarget,
+    ctx: Context,
+    workload: Workload,
+    systems: list[System],
+    spec: WindowSpec,
+    system_prompt: Msg,
+    newest: Msg,
+    profile: Profile,
+) -> dict[str, Any]:
+    """memstore and the floor on the same database, their fetches alternating.
+
+    Jobs run one after another, and this machine's speed drifts between them; the
+    floor ratio is only trustworthy when both sides are timed in the same process,
+    call after call. So the memstore job also loads the floor's table (its own
+    schema, next to memstore's tables; after the storage measurement) and times each
+    memstore variant against its floor (sync vs sync, async vs async), alternating.
+    """
+    floors: dict[str, System] = {}
+    for cls in floor_classes(db.kind):
+        floor = cls(db, ctx)
+        floor.setup()
+        floors[floor.name] = floor
+    try:
+        loader = floors["floor"]
+        t0 = time.perf_counter()
+        for conv in [workload.main, *workload.background]:
+            for chunk in workload.chunks(conv, loader.import_chunk_size):
+                loader.import_chunk(conv.conversation_id, chunk, main=conv is workload.main)
+        out: dict[str, Any] = {"floor_load_s": time.perf_counter() - t0}
+        settle_and_measure(db)  # PostgreSQL: ANALYZE the new table
+        for system in systems:
+            floor_name = PAIRED_FLOOR.get(system.name)
+            if floor_name is None:
+                continue
+            floor = floors[floor_name]
+            pm, pf = system.prepare(MAIN_ID, spec), floor.prepare(MAIN_ID, spec)
+            check = check_window(
+                floor.to_openai(floor.call_fetch(MAIN_ID, pf)),
+                formula=ctx.reference,
+                budget=spec.budget,
+                system=system_prompt,
+                newest=newest,
+            )
+            system.timed_fetch(MAIN_ID, pm, profile.warmup + 1)
+            floor.timed_fetch(MAIN_ID, pf, profile.warmup + 1)
+            tm: list[float] = []
+            tf: list[float] = []
+            for _ in range(profile.paired_reps):
+                tm += system.timed_fetch(MAIN_ID, pm, 1)
+                tf += floor.timed_fetch(MAIN_ID, pf, 1)
+            sm, sf = stats(tm), stats(tf)
+            out[system.name] = {
+                "floor": floor_name,
+                "system_stats": sm,
+                "floor_stats": sf,
+                "floor_check": check.to_json(),
+                "ratio_p50": sm["p50_ms"] / sf["p50_ms"],
+            }
+        return out
+    finally:
+        for floor in floors.values():
+            floor.close()
+
+
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
     """Run one job and return its result dict (also written to ``job["out"]``)."""
     started = time.perf_counter()
@@ -354,6 +425,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         writer.flush()
 
         # Windows of every system first: appends change the newest message.
+        paired_specs = [s for s in specs if s.view == "token_limited" and s.budget == 4_000]
         for system in systems:
             entry = result["systems"][system.name]
             try:
@@ -361,6 +433,14 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
             except Exception as exc:
                 entry["status"] = "error"
                 entry["error"] = _error(exc)
+            writer.flush()
+        if job["group"] == "memstore" and paired_specs:
+            try:
+                result["paired"] = _measure_paired(
+                    db, ctx, workload, systems, paired_specs[0], system_prompt, newest, profile
+                )
+            except Exception as exc:
+                result["paired"] = {"error": _error(exc)}
             writer.flush()
         for system in systems:
             entry = result["systems"][system.name]
@@ -373,6 +453,28 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
             except Exception as exc:
                 entry["status"] = "error"
                 entry["error"] = _error(exc)
+            writer.flush()
+
+        # Agent turns: append one message, then read the 4k window (checked at the end).
+        tl4k = next((s for s in specs if s.view == "token_limited" and s.budget == 4_000), None)
+        extra = workload.append_messages(profile.appends + profile.turns)[profile.appends :]
+        for system in systems:
+            entry = result["systems"][system.name]
+            if entry["status"] == "error" or not system.measure_turns or tl4k is None:
+                continue
+            try:
+                seconds, native = system.timed_turns(MAIN_ID, extra, system.prepare(MAIN_ID, tl4k))
+                turn = stats(seconds)
+                turn["check"] = check_window(
+                    system.to_openai(native),
+                    formula=ctx.reference,
+                    budget=tl4k.budget,
+                    system=system_prompt,
+                    newest=extra[-1],
+                ).to_json()
+                entry["turn"] = turn
+            except Exception as exc:
+                entry["turn"] = {"error": _error(exc)}
             writer.flush()
 
         # Systems sharing the importer's rows: their own bulk write, on a scratch id.

@@ -2,14 +2,15 @@
 
 A *group* builds one history in one database (with its first system, the
 *importer*) and every system of the group is measured on it: ``memstore`` measures
-the sync and the async store on the same rows.
+the sync and the async store (and the store without its row cache) on the same
+rows; ``floor`` measures its sync and async variants on one table.
 """
 
 from __future__ import annotations
 
 from benchmarks.systems.base import System
 
-__all__ = ["GROUPS", "PEERS", "group_classes"]
+__all__ = ["GROUPS", "PAIRED_FLOOR", "PEERS", "floor_classes", "group_classes"]
 
 #: every group, in report order
 GROUPS = ("memstore", "floor", "langchain", "llamaindex", "openai-agents")
@@ -17,16 +18,36 @@ GROUPS = ("memstore", "floor", "langchain", "llamaindex", "openai-agents")
 PEERS = frozenset({"langchain", "llamaindex", "openai-agents"})
 
 
+#: memstore variants and the floor each is held to, like for like (sync vs sync).
+PAIRED_FLOOR = {
+    "memstore": "floor",
+    "memstore-async": "floor-async",
+    "memstore-nocache": "floor",
+}
+
+
+def floor_classes(db_kind: str) -> list[type[System]]:
+    """The floor's sync and async classes on ``db_kind``."""
+    from benchmarks.systems.floor import (
+        FloorPostgres,
+        FloorPostgresAsync,
+        FloorSQLite,
+        FloorSQLiteAsync,
+    )
+
+    if db_kind == "sqlite":
+        return [FloorSQLite, FloorSQLiteAsync]
+    return [FloorPostgres, FloorPostgresAsync]
+
+
 def group_classes(group: str, db_kind: str) -> list[type[System]]:
     """The system classes of ``group`` on ``db_kind`` (imported lazily)."""
     if group == "memstore":
-        from benchmarks.systems.memstore_sys import MemstoreAsync, MemstoreSync
+        from benchmarks.systems.memstore_sys import MemstoreAsync, MemstoreNoCache, MemstoreSync
 
-        return [MemstoreSync, MemstoreAsync]
+        return [MemstoreSync, MemstoreAsync, MemstoreNoCache]
     if group == "floor":
-        from benchmarks.systems.floor import FloorPostgres, FloorSQLite
-
-        return [FloorSQLite if db_kind == "sqlite" else FloorPostgres]
+        return floor_classes(db_kind)
     if group == "langchain":
         from benchmarks.systems.langchain_sys import LangChainSystem
 

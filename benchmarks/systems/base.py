@@ -151,6 +151,9 @@ class System:
     import_path: ClassVar[str] = ""
     #: how many times the main conversation is stored (LlamaIndex: once per budget)
     main_copies: int = 1
+    #: measured in the agent-turn phase (append + 4k window); peers are not (their
+    #: turn is their full load-and-trim, already in the window tables)
+    measure_turns: ClassVar[bool] = False
 
     def __init__(self, db: DbTarget, ctx: Context) -> None:
         self.db = db
@@ -260,6 +263,31 @@ class System:
             self.append(cid, m)
             out.append(_now() - t0)
         return out
+
+    def timed_turns(self, cid: str, messages: list[Msg], prepared: Any) -> tuple[list[float], Any]:
+        """One agent turn per message: append it, then fetch the window.
+
+        Returns seconds per turn and the last window (native), for the check.
+        """
+        if self.is_async:
+
+            async def go() -> tuple[list[float], Any]:
+                out, native = [], None
+                for m in messages:
+                    t0 = _now()
+                    await self.aappend(cid, m)
+                    native = await self.afetch(cid, prepared)
+                    out.append(_now() - t0)
+                return out, native
+
+            return self.run(go())
+        out, native = [], None
+        for m in messages:
+            t0 = _now()
+            self.append(cid, m)
+            native = self.fetch(cid, prepared)
+            out.append(_now() - t0)
+        return out, native
 
 
 def _now() -> float:

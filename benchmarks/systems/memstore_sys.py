@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from benchmarks.systems.base import Msg, SkipSystem, System, WindowSpec, package_version
 
-__all__ = ["MemstoreAsync", "MemstoreSync"]
+__all__ = ["MemstoreAsync", "MemstoreNoCache", "MemstoreSync"]
 
 _NEEDED = (
     "AsyncMemoryStore",
@@ -53,15 +53,16 @@ def _view(ms: Any, spec: WindowSpec) -> Any:
     return ms.HeadAndTailView(head, tail)
 
 
-def _make_store(cls: Any, url: str, counter: Any) -> Any:
+def _make_store(cls: Any, url: str, counter: Any, **options: Any) -> Any:
     """``cls(url, counter=counter, migrate="upgrade")``: each job's database is new."""
     try:
-        return cls(url, counter=counter, migrate="upgrade")
+        return cls(url, counter=counter, migrate="upgrade", **options)
     except TypeError:  # an older signature without ``migrate``
         return cls(url, counter=counter)
 
 
 class _MemstoreBase(System):
+    measure_turns: ClassVar[bool] = True
     ms: SimpleNamespace
     views: ClassVar[tuple[str, ...]] = ("token_limited", "score_based", "head_and_tail")
     import_chunk_size: ClassVar[int] = 5_000
@@ -141,3 +142,19 @@ class MemstoreAsync(_MemstoreBase):
 
     async def aappend(self, cid: str, message: Msg) -> None:
         await self.store.append(cid, self.ms.Message.from_openai(message))
+
+
+class MemstoreNoCache(MemstoreSync):
+    """``MemoryStore(cache_size=0)``: every window reads and decodes all its rows.
+
+    The default store keeps the rows its windows decoded (validated by the
+    conversation's epoch on every read), so repeated windows mostly come from memory;
+    this variant shows what a window costs without that cache.
+    """
+
+    name: ClassVar[str] = "memstore-nocache"
+    label: ClassVar[str] = "memstore (sync, cache_size=0)"
+
+    def setup(self) -> None:
+        self.ms = _api()
+        self.store = _make_store(self.ms.MemoryStore, self.db.url(), self._counter(), cache_size=0)
