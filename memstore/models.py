@@ -278,7 +278,8 @@ class Message(BaseModel):
     @property
     def tool_call_ids(self) -> tuple[str, ...]:
         """The ids of this message's tool calls (empty when it has none)."""
-        return tuple(call.id for call in self.tool_calls or ())
+        calls = self.tool_calls
+        return tuple([call.id for call in calls]) if calls else ()
 
     def same_content(self, other: Message) -> bool:
         """Whether ``other`` carries the same content (the idempotency comparison).

@@ -168,9 +168,11 @@ class _Ledger:
         self.reasons: dict[int, OmissionReason] = {}
 
     def keep(self, unit: Unit) -> None:
+        kept, reasons = self.kept, self.reasons
         for m in unit.messages:
-            self.kept[m.seq] = m
-            self.reasons.pop(m.seq, None)
+            kept[m.seq] = m
+            if reasons:
+                reasons.pop(m.seq, None)
 
     def omit(self, unit: Unit, reason: OmissionReason) -> None:
         for m in unit.messages:
@@ -630,9 +632,15 @@ class TokenLimitedView(ContextView):
         anchored_tokens = anchors.tokens(counter)
         kept: list[Unit] = []
         remaining = 0
+        name = counter.name
         reader = ReverseReader(source, first_page=_budget_page(source, self.token_limit))
         for unit in ledger.candidates(BackwardUnits(reader)):
-            tokens = unit.tokens(counter)
+            members = unit.messages
+            if len(members) == 1:  # most units: inline Unit.tokens
+                m = members[0]
+                tokens = m.token_count if m.token_counter == name else counter.count_message(m)
+            else:
+                tokens = unit.tokens(counter)
             if not kept:
                 remaining = _budget_check(self, counter, self.token_limit, self.reserve,
                                           self.tools, anchored_tokens, tokens)
