@@ -31,7 +31,16 @@ from benchmarks.worker import _build, create_db, drop_db, settle_and_measure
 from benchmarks.workload import MAIN_ID, Workload
 
 HERE = Path(__file__).resolve().parent
-SYSTEMS = ("memstore", "memstore-async", "floor", "langchain", "llamaindex", "openai-agents")
+SYSTEMS = (
+    "memstore",
+    "memstore-async",
+    "memstore-nocache",
+    "floor",
+    "floor-async",
+    "langchain",
+    "llamaindex",
+    "openai-agents",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,7 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     raw = HERE / "results" / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     prime_tiktoken_cache(raw / "tiktoken-cache")
-    group = "memstore" if args.system.startswith("memstore") else args.system
+    group = (
+        args.system.split("-")[0]
+        if args.system.startswith(("memstore", "floor"))
+        else (args.system)
+    )
     size = args.size[0]
     job: dict[str, Any] = {
         "group": f"profile-{group}",
