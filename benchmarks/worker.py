@@ -337,6 +337,20 @@ def _measure_paired(
                 "floor_check": check.to_json(),
                 "ratio_p50": sm["p50_ms"] / sf["p50_ms"],
             }
+            if system.name != "memstore-nocache":  # same append code as memstore
+                # Appends too, alternating: the floor's append (an index lookup and an
+                # insert) measures what the machine and the database cost right now.
+                am: list[float] = []
+                af: list[float] = []
+                for m in workload.append_messages(profile.appends):
+                    am += system.timed_appends(MAIN_ID, [m])
+                    af += floor.timed_appends(MAIN_ID, [m])
+                sam, saf = stats(am), stats(af)
+                out[system.name]["append"] = {
+                    "system_stats": sam,
+                    "floor_stats": saf,
+                    "ratio_p50": sam["p50_ms"] / saf["p50_ms"],
+                }
         return out
     finally:
         for floor in floors.values():
