@@ -410,8 +410,8 @@ class SQLHistory(SourceBase):
 
     Every read is an indexed range on ``(conversation_id, seq)``; anchored messages
     come through the partial index, with the conversation row. The statements are
-    precompiled per dialect and run with ``exec_driver_sql`` (see
-    :func:`memstore._statements.hot`).
+    precompiled per dialect (see :func:`memstore._statements.hot`) and run on the
+    DBAPI cursor.
 
     With a :class:`~memstore._cache.RowCache`, rows decoded by earlier windows of the
     same conversation are reused while the conversation's epoch is unchanged (see
@@ -434,7 +434,7 @@ class SQLHistory(SourceBase):
         self._dialect = conn.dialect
         # The DBAPI connection (for asyncio drivers, SQLAlchemy's sync adapter of it).
         dbapi = conn.connection.dbapi_connection
-        assert dbapi is not None  # a live connection inside a transaction
+        assert dbapi is not None  # a checked-out, open connection
         self._dbapi = dbapi
         self._aiosqlite = (
             conn.connection.driver_connection if conn.dialect.driver == "aiosqlite" else None
@@ -479,9 +479,9 @@ class SQLHistory(SourceBase):
     def _execute(self, name: str, values: dict[str, Any]) -> Sequence[Any]:
         """Run a precompiled hot statement on the DBAPI cursor; all its rows.
 
-        The connection's transaction is already open (``run_in_transaction``).
-        Going around SQLAlchemy's result objects matters here: for textual SQL they
-        build column metadata on every execution, which costs more than the query.
+        Inside the caller's transaction if one is open, else autocommitting. Going
+        around SQLAlchemy's result objects matters here: for textual SQL they build
+        column metadata on every execution, which costs more than the query.
         """
         compiled = q.hot(self._dialect, name)
         if self._aiosqlite is not None:
