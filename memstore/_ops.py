@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Row
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.util import await_only
 
 from memstore import _statements as q
@@ -405,6 +406,24 @@ def count_tokens(conn: Connection, cid: str) -> int:
     return int(_conversation_row(conn, cid).token_count)
 
 
+def _driver_error(conn: Connection, exc: Exception, statement: str, params: Any) -> Exception:
+    """What SQLAlchemy does with a driver error, for statements run on the DBAPI cursor.
+
+    Wraps it in the matching :class:`sqlalchemy.exc.DBAPIError` (which
+    :func:`memstore.errors.translate_db_errors` turns into a memstore error) and, when
+    the error means the connection is gone, invalidates it so the pool does not hand
+    it out again.
+    """
+    dbapi_connection = conn.connection.dbapi_connection
+    gone = conn.dialect.is_disconnect(exc, dbapi_connection, None)  # type: ignore[arg-type]
+    if gone:
+        conn.invalidate(exc)
+    return sa_exc.DBAPIError.instance(
+        statement, params, exc, conn.dialect.loaded_dbapi.Error,
+        connection_invalidated=gone, dialect=conn.dialect,
+    )
+
+
 class SQLHistory(SourceBase):
     """:class:`memstore.history.HistorySource` over one conversation's rows.
 
@@ -431,6 +450,7 @@ class SQLHistory(SourceBase):
     """
 
     def __init__(self, conn: Connection, cid: str, cache: RowCache | None = None) -> None:
+        self._conn = conn
         self._dialect = conn.dialect
         # The DBAPI connection (for asyncio drivers, SQLAlchemy's sync adapter of it).
         dbapi = conn.connection.dbapi_connection
@@ -484,19 +504,23 @@ class SQLHistory(SourceBase):
         column metadata on every execution, which costs more than the query.
         """
         compiled = q.hot(self._dialect, name)
-        if self._aiosqlite is not None:
-            # aiosqlite runs each driver call in its own thread, and SQLAlchemy's cursor
-            # adapter makes four calls per statement; execute_fetchall makes one.
-            rows: Sequence[Any] = await_only(
-                self._aiosqlite.execute_fetchall(compiled.sql, compiled.params(values))
-            )
-            return rows
-        cursor = self._dbapi.cursor()
+        params = compiled.params(values)
         try:
-            cursor.execute(compiled.sql, compiled.params(values))
-            return cursor.fetchall()
-        finally:
-            cursor.close()
+            if self._aiosqlite is not None:
+                # aiosqlite runs each driver call in its own thread, and SQLAlchemy's
+                # cursor adapter makes four calls per statement; execute_fetchall one.
+                rows: Sequence[Any] = await_only(
+                    self._aiosqlite.execute_fetchall(compiled.sql, params)
+                )
+                return rows
+            cursor = self._dbapi.cursor()
+            try:
+                cursor.execute(compiled.sql, params)
+                return cursor.fetchall()
+            finally:
+                cursor.close()
+        except self._dialect.loaded_dbapi.Error as exc:
+            raise _driver_error(self._conn, exc, compiled.sql, params) from exc
 
     def _add(self, message: StoredMessage) -> None:
         if self._shared:

@@ -16,6 +16,7 @@ from sqlalchemy import create_engine, text
 
 from memstore import _ops
 from memstore._cache import RowCache
+from memstore.aio import AsyncMemoryStore
 from memstore.errors import ConfigurationError, ConversationNotFoundError
 from memstore.models import Message
 from memstore.store import MemoryStore
@@ -303,3 +304,28 @@ def test_a_rewrite_between_two_statements_makes_the_window_read_again_in_a_snaps
     if change != "delete":
         assert window == plain.window("c", UnboundedView())
         assert ("range", False) in calls
+
+
+async def test_a_driver_error_on_the_window_path_is_a_memstore_error(
+    db_url: str, counter: FixedCounter
+) -> None:
+    # Windows run their SQL on the DBAPI cursor; its errors must still come out as
+    # memstore errors. An out-of-date schema (no epoch column) makes one.
+    from memstore import migrate
+    from memstore.errors import DatabaseError
+
+    store = MemoryStore(db_url, counter=counter)
+    store.extend("c", conversation(5))
+    store.close()
+    migrate.downgrade(db_url, "0001_initial")
+    try:
+        old = MemoryStore(db_url, counter=counter, migrate="off")
+        with pytest.raises(DatabaseError, match="epoch"):
+            old.window("c", UnboundedView())
+        old.close()
+        old_async = AsyncMemoryStore(db_url, counter=counter, migrate="off")
+        with pytest.raises(DatabaseError, match="epoch"):
+            await old_async.window("c", UnboundedView())
+        await old_async.close()
+    finally:
+        migrate.upgrade(db_url)
