@@ -19,7 +19,11 @@ uncommitted is ever cached.
 What memstore cannot see: an UPDATE or DELETE run on its tables by hand, outside
 memstore, that leaves ``epoch`` alone. Such a change must also set
 ``memstore_conversations.epoch`` to a new value (any value it never had), or the
-application must call ``store.clear_cache()``.
+application must call ``store.clear_cache()``. Epoch 0, the value of conversations
+written before migration 0002, is never trusted (see ``memstore._ops.UNTRUSTED_EPOCH``).
+
+Windows share the cached models: they are frozen, but their ``metadata`` dicts and
+``content``/``tool_calls`` lists are plain containers that callers must not mutate.
 
 The cache is bounded by a number of messages (the store's ``cache_size``); the
 least recently used conversations go first. Entries are never mutated once stored

@@ -47,6 +47,11 @@ __all__ = ["Prepared", "SQLHistory", "StaleRead"]
 INSERT_CHUNK = 500
 
 
+#: The epoch of conversations written before migration 0002 (its server default):
+#: nothing guarantees it changed with their rows, so windows trust no cache for them.
+UNTRUSTED_EPOCH = 0
+
+
 class StaleRead(Exception):
     """A window read outside a transaction saw its conversation change under it.
 
@@ -461,6 +466,11 @@ class SQLHistory(SourceBase):
         )
         self._decode = "sqlite" if conn.dialect.name == "sqlite" else "postgresql"
         self._checked = not conn.in_transaction()
+        if self._checked and getattr(conn.connection.driver_connection, "in_transaction", False):
+            # A connection shared with an open write (SQLite ``:memory:`` shares one
+            # connection): reading without BEGIN would see uncommitted rows. Take the
+            # snapshot path, which refuses to start inside another transaction.
+            raise StaleRead(cid)
         # One statement: the conversation's bookkeeping and its anchored messages.
         rows = self._execute("conversation", {"cid": cid})
         if not rows:
@@ -472,14 +482,22 @@ class SQLHistory(SourceBase):
         self._max_score = float(head[2])
         self._token_total = int(head[3])
         self._epoch = int(head[4])
+        if self._epoch == UNTRUSTED_EPOCH:
+            # Written before migration 0002 (or by a process that predates it): writes
+            # may have changed rows without a new epoch. No cache, one snapshot.
+            if self._checked:
+                raise StaleRead(cid)
+            cache = None
         self._cache = cache
         entry = cache.get(cid) if cache is not None else None
+        if entry is not None and entry.epoch != self._epoch:
+            assert cache is not None
+            cache.discard(cid)  # rewritten since: nothing in it can be used again
+            entry = None
         # Seq -> decoded row. Shared with the cache (never mutated) until this window
         # decodes a row of its own; then it is copied once.
-        self._known: dict[int, StoredMessage] = (
-            entry.rows if entry is not None and entry.epoch == self._epoch else {}
-        )
-        self._shared = bool(self._known)
+        self._known: dict[int, StoredMessage] = entry.rows if entry is not None else {}
+        self._shared = entry is not None
         self._decoded = 0
         self._anchored: list[StoredMessage] = []
         for r in rows:

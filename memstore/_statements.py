@@ -109,6 +109,9 @@ def _allocate_statement(dialect: str) -> Any:
             "token_count": C.token_count + excluded.token_count,
             "max_score": case((excluded.max_score > C.max_score, excluded.max_score),
                               else_=C.max_score),
+            # A conversation from before migration 0002 (epoch 0) gets a real epoch on
+            # its first write by this version; later appends keep it.
+            "epoch": case((C.epoch == 0, excluded.epoch), else_=C.epoch),
             "updated_at": case((excluded.last_seq > 0, excluded.updated_at), else_=C.updated_at),
         },
     ).returning(C.last_seq)

@@ -92,6 +92,10 @@ MUTATIONS: dict[str, Callable[[MemoryStore], Any]] = {
     "delete_then_recreate": lambda s: (
         s.delete_conversation("c"), s.extend("c", conversation(40, seed=98))
     ),
+    "load_state_append": lambda s: (
+        s.extend("d", conversation(3, seed=5)),
+        s.load_state(s.save_state("d"), "c", replace=False),
+    ),
     "load_state_replace": lambda s: s.load_state(
         s.save_state("c").model_copy(update={"messages": s.save_state("c").messages[:30]}),
         "c",
@@ -266,9 +270,11 @@ def test_a_write_transaction_never_fills_the_cache(
     assert _ops.window.__doc__ and "read transaction" in _ops.window.__doc__
 
 
+@pytest.mark.parametrize("reader", ["sync", "async"])
 @pytest.mark.parametrize("change", ["set_score", "pop", "delete"])
-def test_a_rewrite_between_two_statements_makes_the_window_read_again_in_a_snapshot(
-    pair: tuple[MemoryStore, MemoryStore], change: str
+async def test_a_rewrite_between_two_statements_makes_the_window_read_again_in_a_snapshot(
+    pair: tuple[MemoryStore, MemoryStore], change: str, reader: str, db_url: str,
+    counter: FixedCounter,
 ) -> None:
     # Windows run without a transaction; every range read after the first statement
     # checks the epoch. Force a rewrite right between the two statements.
@@ -288,15 +294,18 @@ def test_a_rewrite_between_two_statements_makes_the_window_read_again_in_a_snaps
                 plain.delete_conversation("c")
         return real_execute(self, name, values)
 
+    reading: Any = cached if reader == "sync" else AsyncMemoryStore(db_url, counter=counter)
     _ops.SQLHistory._execute = execute  # type: ignore[method-assign]
     try:
         if change == "delete":
             with pytest.raises(ConversationNotFoundError):
-                cached.window("c", UnboundedView())
+                await call(reading.window("c", UnboundedView()))
         else:
-            window = cached.window("c", UnboundedView())
+            window = await call(reading.window("c", UnboundedView()))
     finally:
         _ops.SQLHistory._execute = real_execute  # type: ignore[method-assign]
+        if reader == "async":
+            await reading.close()
     # First attempt without a transaction, then again in one snapshot (plain ranges).
     assert calls[0] == ("conversation", True)
     assert ("range_checked", True) in calls
@@ -329,3 +338,129 @@ async def test_a_driver_error_on_the_window_path_is_a_memstore_error(
         await old_async.close()
     finally:
         migrate.upgrade(db_url)
+
+
+def test_a_stale_entry_is_dropped_when_its_epoch_is_gone(
+    pair: tuple[MemoryStore, MemoryStore],
+) -> None:
+    cached, plain = pair
+    plain.extend("c", conversation(10))
+    cached.window("c", UnboundedView())
+    cache = cached._plan.cache
+    assert cache is not None and cache.get("c") is not None
+    plain.clear("c")  # nothing left to decode: the next window caches nothing new
+    assert cached.window("c", UnboundedView()).messages == []
+    assert cache.get("c") is None and len(cache) == 0
+
+
+def test_conversations_from_before_the_epoch_are_never_cached(
+    pair: tuple[MemoryStore, MemoryStore], db_url: str
+) -> None:
+    # Rows written before migration 0002 have epoch 0 (its server default), and a
+    # process still running an older memstore changes rows without a new epoch.
+    cached, plain = pair
+    plain.extend("c", conversation(10))
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE memstore_conversations SET epoch = 0 WHERE id = 'c'"))
+    view = UnboundedView()
+    first = cached.window("c", view)
+    assert cached.cache_info().size == 0
+    with engine.begin() as conn:  # an old writer's edit: no new epoch
+        conn.execute(text(
+            "UPDATE memstore_messages SET content_text = 'old writer' "
+            "WHERE conversation_id = 'c' AND seq = 2"
+        ))
+    second = cached.window("c", view)
+    assert second != first and second == plain.window("c", view)
+    assert cached.cache_info().hits == 0
+    # The first write by this version gives the conversation a real epoch.
+    plain.append("c", Message.user("new"))
+    with engine.connect() as conn:
+        epoch = conn.execute(
+            text("SELECT epoch FROM memstore_conversations WHERE id = 'c'")
+        ).scalar_one()
+    assert epoch != 0
+    cached.window("c", view)
+    assert cached.window("c", view) == plain.window("c", view)
+    assert cached.cache_info().hits > 0
+    engine.dispose()
+
+
+def test_a_window_never_reads_another_callers_uncommitted_write(counter: FixedCounter) -> None:
+    # An in-memory SQLite store shares one connection between callers. A window taken
+    # while a write transaction is open on it must not read (or cache) that write.
+    from memstore.errors import DatabaseError
+
+    store = MemoryStore("sqlite://", counter=counter)
+    store.extend("c", conversation(3))
+    with store.engine.connect() as other:
+        tx = other.begin()
+        other.execute(text(
+            "UPDATE memstore_messages SET content_text = 'uncommitted' "
+            "WHERE conversation_id = 'c' AND seq = 2"
+        ))
+        with pytest.raises(DatabaseError):
+            store.window("c", UnboundedView())
+        tx.rollback()
+    assert all(m.text != "uncommitted" for m in store.window("c", UnboundedView()).messages)
+    store.close()
+
+
+def _fingerprint(window: Any) -> tuple[Any, ...]:
+    return tuple((m.seq, m.text, m.score, m.pinned) for m in window.messages)
+
+
+def test_threads_reading_during_rewrites_only_see_committed_states(
+    db_url: str, counter: FixedCounter
+) -> None:
+    # One writer rewrites and appends; after each write it records the state it made
+    # (read without the cache). Reader threads with the cache must only ever have
+    # seen recorded states: no torn window, no stale cached row.
+    import threading
+
+    writer_store = MemoryStore(db_url, counter=counter, cache_size=0)
+    readers_store = MemoryStore(db_url, counter=counter, cache_size=500)
+    writer_store.extend("c", conversation(20))
+    view = UnboundedView()
+    states = {_fingerprint(writer_store.window("c", view))}
+    seen: list[tuple[Any, ...]] = []
+    done = threading.Event()
+    errors: list[BaseException] = []
+    rng = random.Random(11)
+
+    def read() -> None:
+        try:
+            while not done.is_set():
+                seen.append(_fingerprint(readers_store.window("c", view)))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=read) for _ in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        for i in range(120):
+            count = writer_store.get_conversation("c").message_count
+            first = writer_store.messages("c", limit=1)[0].seq
+            op = rng.choice(["score", "pin", "pop_append", "append"])
+            if op == "score":
+                writer_store.set_score("c", rng.randint(first, first + count - 1), float(i % 7))
+            elif op == "pin":
+                writer_store.pin("c", rng.randint(first, first + count - 1))
+            elif op == "pop_append":
+                writer_store.pop("c", 1)
+                states.add(_fingerprint(writer_store.window("c", view)))
+                writer_store.append("c", Message.user(f"again {i}"))
+            else:
+                writer_store.append("c", Message.user(f"more {i}"))
+            states.add(_fingerprint(writer_store.window("c", view)))
+    finally:
+        done.set()
+        for t in threads:
+            t.join()
+    assert not errors
+    assert seen and all(s in states for s in seen)
+    assert readers_store.cache_info().hits > 0
+    writer_store.close()
+    readers_store.close()
