@@ -9,6 +9,8 @@ never leave this module.
 from __future__ import annotations
 
 import json
+import secrets
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
@@ -64,6 +66,21 @@ class Prepared(NamedTuple):
 
     message: Message
     token_count: int
+
+
+def new_message_id() -> str:
+    """A store-assigned message id: a time-ordered UUID (version 7, RFC 9562).
+
+    Ids land in the ``UNIQUE(conversation_id, message_id)`` index. Random (version 4)
+    ids would insert at random places in it, so once the index outgrows the database's
+    page cache every append reads a cold page and appends slow down as history grows;
+    time-ordered ids insert at the index's right edge like the seq key does.
+    """
+    ms = time.time_ns() // 1_000_000
+    value = (ms & 0xFFFF_FFFF_FFFF) << 80 | secrets.randbits(80)
+    value = (value & ~(0xF << 76)) | (0x7 << 76)  # version 7
+    value = (value & ~(0x3 << 62)) | (0x2 << 62)  # RFC 9562 variant
+    return str(uuid.UUID(int=value))
 
 
 def utcnow() -> datetime:
@@ -302,7 +319,7 @@ def append_messages(
             rows = []
             for offset, i in enumerate(chunk, start=start):
                 p = batch[i]
-                mid = p.message.id if p.message.id is not None else str(uuid.uuid4())
+                mid = p.message.id if p.message.id is not None else new_message_id()
                 rows.append(_message_row(cid, first_seq + offset, p, mid, counter, now))
             conn.execute(insert, rows)
             for i, row in zip(chunk, rows):

@@ -232,7 +232,10 @@ class _Ledger:
     ) -> ContextWindow:
         kept = self.kept
         stored = [kept[s] for s in sorted(kept)]
-        messages: list[StoredMessage | Message] = list(stored)
+        # No copy unless a placeholder goes in (``stored`` is not changed afterwards).
+        messages = list[StoredMessage | Message](stored) if placeholder is not None else cast(
+            list[StoredMessage | Message], stored
+        )
         counter = self.counter
         name = counter.name
         tokens = 0

@@ -363,3 +363,20 @@ def test_sqlite_connections_use_wal_foreign_keys_and_busy_timeout(tmp_path: Any)
         conn.exec_driver_sql("DELETE FROM memstore_conversations WHERE id = 'c'")
         assert conn.exec_driver_sql("SELECT count(*) FROM memstore_messages").scalar() == 0
     store.close()
+
+
+async def test_store_assigned_ids_are_time_ordered_uuids(store: Any) -> None:
+    # Version 7 UUIDs: they enter the (conversation_id, message_id) index at its right
+    # edge, so appends stay cheap however large the index grows.
+    import asyncio
+    import uuid
+
+    first = await call(store.append("c", Message.user("one")))
+    await asyncio.sleep(0.002)
+    second = await call(store.append("c", Message.user("two")))
+    ids = [uuid.UUID(first.id), uuid.UUID(second.id)]
+    assert [i.version for i in ids] == [7, 7]
+    assert ids[0].variant == uuid.RFC_4122
+    assert first.id < second.id  # the millisecond timestamp leads
+    given = await call(store.append("c", Message.user("three", id="client-7")))
+    assert given.id == "client-7"
