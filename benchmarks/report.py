@@ -205,6 +205,36 @@ def _growth_row(goal: str, label: str, system: str, a: float, b: float) -> dict[
     }
 
 
+def _drift_row(
+    goal: str,
+    label: str,
+    system: str,
+    a: float,
+    b: float,
+    pa: dict[str, Any],
+    pb: dict[str, Any],
+    what: str = "window",
+) -> dict[str, Any]:
+    """A growth target judged relative to the floor timed alternately in each job.
+
+    The 1,000 and 1,000,000 jobs run many minutes apart on a machine whose speed drifts
+    (in one run the floor's identical window query differed 2.6x between them), so
+    the raw cross-job ratio is shown, but the verdict uses memstore's cost relative to
+    the floor measured call by call in the same job.
+    """
+    norm = pb["ratio_p50"] / pa["ratio_p50"]
+    return {
+        "target": goal,
+        "db": label,
+        "system": SHORT[system],
+        "measured": f"{fmt_ms(b)} ms vs {fmt_ms(a)} ms = {fmt_ratio(b / a)} across jobs; "
+        f"{fmt_ratio(norm)} relative to the floor's {what} timed alternately "
+        f"({fmt_ratio(pb['ratio_p50'])} of the floor at 1,000,000, "
+        f"{fmt_ratio(pa['ratio_p50'])} at 1,000)",
+        "ok": norm <= 1.5,
+    }
+
+
 def targets(res: Results) -> list[dict[str, Any]]:
     """The issue-5 targets, each with the numbers and a verdict, from this run."""
     out: list[dict[str, Any]] = []
@@ -219,7 +249,11 @@ def targets(res: Results) -> list[dict[str, Any]]:
                 a = res.p(system, db, 1_000, TL4K)
                 b = res.p(system, db, 1_000_000, TL4K)
                 assert a is not None and b is not None
-                out.append(_growth_row(goal, label, system, a, b))
+                pa, pb = res.paired(system, db, 1_000), res.paired(system, db, 1_000_000)
+                if pa and pb:
+                    out.append(_drift_row(goal, label, system, a, b, pa, pb))
+                else:
+                    out.append(_growth_row(goal, label, system, a, b))
             else:
                 big = max(sizes) if sizes else None
                 note = "not measured" if big is None else f"largest size run: {fmt_size(big)}"
@@ -357,22 +391,7 @@ def targets(res: Results) -> list[dict[str, Any]]:
             pa = (res.paired(system, db, 1_000) or {}).get("append")
             pb = (res.paired(system, db, 1_000_000) or {}).get("append")
             if a and b and pa and pb:
-                # Jobs minutes apart see a machine whose speed drifts (the same code in
-                # one job differs by more than 1.5x): divide by the floor's append timed
-                # alternately with memstore's in each job.
-                norm = pb["ratio_p50"] / pa["ratio_p50"]
-                out.append(
-                    {
-                        "target": goal,
-                        "db": label,
-                        "system": SHORT[system],
-                        "measured": f"{fmt_ms(b)} ms vs {fmt_ms(a)} ms = {fmt_ratio(b / a)} "
-                        f"across jobs; {fmt_ratio(norm)} relative to the floor's append "
-                        f"timed alternately ({fmt_ratio(pb['ratio_p50'])} of the floor at "
-                        f"1,000,000, {fmt_ratio(pa['ratio_p50'])} at 1,000)",
-                        "ok": norm <= 1.5,
-                    }
-                )
+                out.append(_drift_row(goal, label, system, a, b, pa, pb, what="append"))
             elif a and b:
                 out.append(_growth_row(goal, label, system, a, b))
             else:
@@ -670,7 +689,10 @@ def render_markdown(doc: dict[str, Any], plot_name: str | None) -> str:
         "",
         "Each verdict is computed from this run's numbers. `TokenLimited` targets use the "
         "4,000-token window at every size run (the 32,000-token numbers are in the "
-        "tables below).",
+        "tables below). The floor ratios and the two growth targets (1,000,000 vs 1,000 "
+        "messages, which compare jobs run many minutes apart) are judged on memstore's "
+        "cost relative to the floor timed call by call in the same job; the raw "
+        "cross-job ratio is shown beside it.",
         "",
         *_targets_section(res),
         "",
