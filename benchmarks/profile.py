@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.__main__ import _ints
+from benchmarks.report import SYSTEMS
 from benchmarks.systems import group_classes
 from benchmarks.systems.base import Context, WindowSpec
 from benchmarks.tokens import counters, prime_tiktoken_cache
@@ -31,16 +32,6 @@ from benchmarks.worker import _build, create_db, drop_db, settle_and_measure
 from benchmarks.workload import MAIN_ID, Workload
 
 HERE = Path(__file__).resolve().parent
-SYSTEMS = (
-    "memstore",
-    "memstore-async",
-    "memstore-nocache",
-    "floor",
-    "floor-async",
-    "langchain",
-    "llamaindex",
-    "openai-agents",
-)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,7 @@ from typing import Any, Literal, TypeVar
 from sqlalchemy import Connection, Engine
 
 from memstore import _ops, migrate
-from memstore._cache import RowCache
+from memstore._cache import CacheInfo, RowCache
 from memstore._engine import default_url, install_sqlite_hooks, read_options, write_options
 from memstore.errors import ConfigurationError, InvalidInputError
 from memstore.models import (
@@ -286,6 +286,14 @@ class Planner:
     def __init__(self, counter: TokenCounter, cache: RowCache | None = None) -> None:
         self.counter = counter
         self.cache = cache
+
+    # the row cache (no I/O)
+    def clear_cache(self) -> None:
+        if self.cache is not None:
+            self.cache.clear()
+
+    def cache_info(self) -> CacheInfo:
+        return self.cache.info() if self.cache is not None else CacheInfo(0, 0, 0, 0, 0)
 
     # conversations
     def create_conversation(self, id: Any, metadata: Any) -> Plan:

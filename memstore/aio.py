@@ -103,13 +103,11 @@ class AsyncMemoryStore:
         Only needed when an UPDATE or DELETE outside memstore changed stored messages
         without setting a new ``memstore_conversations.epoch``.
         """
-        if self._plan.cache is not None:
-            self._plan.cache.clear()
+        self._plan.clear_cache()
 
     def cache_info(self) -> CacheInfo:
         """Statistics of the row cache: rows served from it, rows read, size."""
-        cache = self._plan.cache
-        return cache.info() if cache is not None else CacheInfo(0, 0, 0, 0, 0)
+        return self._plan.cache_info()
 
     async def setup(self) -> None:
         """Apply the ``migrate`` policy now (otherwise done on first use).
