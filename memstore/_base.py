@@ -28,7 +28,7 @@ from memstore.models import (
     StoredMessage,
     _check_json,
 )
-from memstore.tokens import TokenCounter, default_counter
+from memstore.tokens import TokenCounter, default_counter, validate_counter
 from memstore.views import ContextView
 
 T = TypeVar("T")
@@ -106,7 +106,8 @@ def open_engine(
     mode = check_migrate_mode(migrate)
     if not isinstance(cache_size, int) or isinstance(cache_size, bool) or cache_size < 0:
         raise ConfigurationError(f"cache_size must be an int >= 0, got {cache_size!r}")
-    planner = Planner(counter if counter is not None else default_counter(),
+    chosen = default_counter() if counter is None else validate_counter(counter, "store counter")
+    planner = Planner(chosen,
                       RowCache(cache_size) if cache_size else None)
     if engine is None:
         made = make(url or default_url(), busy_timeout=busy_timeout, **engine_options)

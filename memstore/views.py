@@ -24,10 +24,15 @@ Rules shared by every view (DESIGN §5):
   tool schemas) exceed ``token_limit`` the view raises
   :class:`~memstore.errors.ContextBudgetError` with ``required`` and ``budget``.
 * **Budget.** A budgeted window satisfies
-  ``sum(message_tokens) + counter.priming + reserve + counter.count_tools(tools)
-  <= token_limit``. Per-message counts come from the stored count when it was
-  produced by the same counter (:func:`~memstore.tokens.message_tokens`); the
-  history is never recounted as a whole.
+  ``sum(message_tokens) + priming + reserve + tool schema tokens <= token_limit``,
+  i.e. ``counter.count_messages(window) + reserve + tools <= token_limit``; the
+  priming is the counter's ``priming`` or ``count_messages([])``
+  (:func:`~memstore.tokens.counter_priming`), the schemas are counted by the
+  counter's ``count_tools`` (:func:`~memstore.tokens.count_tool_schemas`: a counter
+  without it cannot serve a view given ``tools=``). Per-message counts come from
+  the stored count when it was produced by the same counter
+  (:func:`~memstore.tokens.message_tokens`); the history is never recounted as a
+  whole.
 * **Output** is chronological by seq and deterministic (ties break on seq, newer
   first). An empty conversation, or one holding only incomplete units, gives an
   empty window (``token_count`` 0) and never a ``ContextBudgetError``, whatever the
@@ -61,7 +66,13 @@ from memstore.models import (
     WindowReport,
     build_trusted,
 )
-from memstore.tokens import TokenCounter, counter_from_name
+from memstore.tokens import (
+    TokenCounter,
+    count_tool_schemas,
+    counter_from_name,
+    counter_priming,
+    validate_counter,
+)
 from memstore.units import (
     DEFAULT_FIRST_PAGE,
     DEFAULT_MAX_PAGE,
@@ -142,9 +153,17 @@ def _normalize_tools(view: str, tools: object) -> tuple[dict[str, Any], ...] | N
     return tuple(copied) if copied else None
 
 
-def _check_counter(view: str, counter: object) -> None:
-    if counter is not None and not isinstance(counter, TokenCounter):
-        raise ConfigurationError(f"{view} counter must be a TokenCounter, got {counter!r}")
+def _check_counter(view: str, counter: object, tools: object = None) -> None:
+    if counter is None:
+        return
+    validate_counter(counter, f"{view} counter")
+    if tools and not callable(getattr(counter, "count_tools", None)):
+        raise ConfigurationError(
+            f"{view} counter {cast(TokenCounter, counter).name!r} has no count_tools method, "
+            "so it cannot count the schemas given as tools=; implement count_tools(tools) -> "
+            "int (or subclass memstore.BaseTokenCounter and implement count_text), or leave "
+            "tools= unset and add their tokens to reserve="
+        )
 
 
 # ---- the ledger: what a window kept, what it left out and why ------------------------------
@@ -246,7 +265,7 @@ class _Ledger:
             messages.insert(index, placeholder)
             tokens += counter.count_message(placeholder)
         if messages:
-            tokens += counter.priming
+            tokens += counter_priming(counter)
         # Every value below is computed here from validated models: build the result
         # without re-validating it (this runs once per window read).
         report = build_trusted(WindowReport, {
@@ -323,8 +342,12 @@ class ContextView(abc.ABC):
         """
 
     def apply(self, messages: Sequence[StoredMessage], counter: TokenCounter) -> ContextWindow:
-        """Build the window over a list of one conversation's stored messages."""
-        return self.select(ListHistory(messages), counter)
+        """Build the window over a list of one conversation's stored messages.
+
+        Raises:
+            ConfigurationError: ``counter`` does not implement the TokenCounter protocol.
+        """
+        return self.select(ListHistory(messages), validate_counter(counter))
 
     def resolve_counter(self, default: TokenCounter) -> TokenCounter:
         """The counter this view uses: its own ``counter`` if it names one, else ``default``."""
@@ -553,13 +576,16 @@ def _budget_check(
     counter: TokenCounter,
     token_limit: int,
     reserve: int,
-    tools: Sequence[Mapping[str, Any]] | None,
+    tools_tokens: int,
     anchored_tokens: int,
     newest_tokens: int,
 ) -> int:
-    """Return the budget left after the required part, or raise ContextBudgetError."""
-    tools_tokens = counter.count_tools(tools) if tools else 0
-    priming = counter.priming
+    """Return the budget left after the required part, or raise ContextBudgetError.
+
+    ``tools_tokens`` is :func:`~memstore.tokens.count_tool_schemas` of the view's
+    tools, computed once per window.
+    """
+    priming = counter_priming(counter)
     required = anchored_tokens + newest_tokens + priming + reserve + tools_tokens
     if required > token_limit:
         raise ContextBudgetError(
@@ -623,12 +649,14 @@ class TokenLimitedView(ContextView):
     def __post_init__(self) -> None:
         _check_budget_params("TokenLimitedView", self.token_limit, self.reserve)
         _check_bool("TokenLimitedView", "start_on_user", self.start_on_user)
-        _check_counter("TokenLimitedView", self.counter)
         object.__setattr__(self, "tools", _normalize_tools("TokenLimitedView", self.tools))
+        _check_counter("TokenLimitedView", self.counter, self.tools)
 
     def select(self, source: HistorySource, counter: TokenCounter) -> ContextWindow:
         """Keep anchored messages and the newest units that fit."""
         ledger = _Ledger(self, source, counter, "budget")
+        # Counted first, so a counter that cannot count tools fails on every window.
+        tools_tokens = count_tool_schemas(counter, self.tools)
         if source.message_count == 0:
             return ledger.build(budget=self.token_limit)
         anchors = ledger.anchor()
@@ -646,7 +674,7 @@ class TokenLimitedView(ContextView):
                 tokens = unit.tokens(counter)
             if not kept:
                 remaining = _budget_check(self, counter, self.token_limit, self.reserve,
-                                          self.tools, anchored_tokens, tokens)
+                                          tools_tokens, anchored_tokens, tokens)
             elif tokens > remaining:
                 ledger.omit(unit, "budget")
                 break
@@ -655,7 +683,7 @@ class TokenLimitedView(ContextView):
             ledger.keep(unit)
             kept.append(unit)
         if not kept and anchors.units:
-            _budget_check(self, counter, self.token_limit, self.reserve, self.tools,
+            _budget_check(self, counter, self.token_limit, self.reserve, tools_tokens,
                           anchored_tokens, 0)
         if self.start_on_user:
             while len(kept) > 1 and not kept[-1].starts_with_user:
@@ -794,12 +822,14 @@ class ScoreBasedView(ContextView):
                 raise ConfigurationError(f"{name} half_life must be > 0, got {half_life}")
         if self.fill_scan is not None:
             _check_int(name, "fill_scan", self.fill_scan, 0)
-        _check_counter(name, self.counter)
         object.__setattr__(self, "tools", _normalize_tools(name, self.tools))
+        _check_counter(name, self.counter, self.tools)
 
     def select(self, source: HistorySource, counter: TokenCounter) -> ContextWindow:
         """Keep anchored messages, the newest unit, then the best-scored units that fit."""
         ledger = _Ledger(self, source, counter, "score")
+        # Counted first, so a counter that cannot count tools fails on every window.
+        tools_tokens = count_tool_schemas(counter, self.tools)
         if source.message_count == 0:
             return ledger.build(budget=self.token_limit)
         anchors = ledger.anchor()
@@ -818,10 +848,10 @@ class ScoreBasedView(ContextView):
         newest = next(candidates, None)
         if newest is None:
             if anchors.units:
-                _budget_check(self, counter, self.token_limit, self.reserve, self.tools,
+                _budget_check(self, counter, self.token_limit, self.reserve, tools_tokens,
                               anchored_tokens, 0)
             return ledger.build(budget=self.token_limit)
-        remaining = _budget_check(self, counter, self.token_limit, self.reserve, self.tools,
+        remaining = _budget_check(self, counter, self.token_limit, self.reserve, tools_tokens,
                                   anchored_tokens, newest.tokens(counter))
         ledger.keep(newest)
 
