@@ -48,6 +48,7 @@ from memstore.models import (
 from memstore.store import ChatContext, MemoryStore
 from memstore.tokens import (
     ApproxCounter,
+    BaseTokenCounter,
     FixedCounter,
     TiktokenCounter,
     TokenCounter,
@@ -73,6 +74,7 @@ __all__ = [
     "ApproxCounter",
     "AsyncChatContext",
     "AsyncMemoryStore",
+    "BaseTokenCounter",
     "BufferedView",
     "CacheInfo",
     "ChatContext",

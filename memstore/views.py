@@ -48,7 +48,7 @@ import abc
 import heapq
 import json
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, ClassVar, Literal, cast
@@ -455,19 +455,23 @@ class HeadAndTailView(ContextView):
     Rule: the head is the oldest units holding at most ``head_size`` messages (walk
     forward, stop at the first unit that would cross), the tail the newest units
     holding at most ``tail_size`` (walk back, the newest unit is kept whatever its
-    size, stop at the first unit that would cross). Anchored messages are kept in
-    place and not counted. When the two walks do not meet, the window holds one
-    plain :class:`~memstore.models.Message` (not stored, no seq) right after the
-    head (after the last kept message before the first unit the head walk
-    refused): role ``placeholder_role``, text ``placeholder_template`` formatted
-    with ``n`` = N and ``messages`` = ``"message"``/``"messages"`` (default
-    ``"Skipped N messages."`` / ``"Skipped 1 message."``), metadata
-    ``{"memstore": {"placeholder": True, "skipped": N}}``. Anchored messages of the
-    gap follow the placeholder. N is exactly the number of stored messages between
-    the last head message and the first tail unit that are not in the window
-    (incomplete units there included; they are reported as ``"incomplete_unit"``,
-    the rest as ``"head_tail_gap"``). The report's ``skipped`` is N. Only the head
-    and the tail are read, never the middle.
+    size, stop at the first unit that would cross; it goes no further back than
+    the unit the head walk refused). Anchored messages are kept in place and not
+    counted. N is the number of stored messages between the last head unit and
+    the first tail unit that the window does not hold: units neither walk took and
+    incomplete units alike. Whenever N > 0 — also when the walks meet but an
+    incomplete unit (say, a tool call whose results are not stored) lies between
+    them — the window holds one plain :class:`~memstore.models.Message` (not
+    stored, no seq) right after the head, before the first left-out message (so
+    anchored messages of the gap that precede it stay before the placeholder, the
+    others follow it): role ``placeholder_role``, text ``placeholder_template``
+    formatted with ``n`` = N and ``messages`` = ``"message"``/``"messages"``
+    (default ``"Skipped N messages."`` / ``"Skipped 1 message."``), metadata
+    ``{"memstore": {"placeholder": True, "skipped": N}}``. The report's ``skipped``
+    is N; incomplete units a walk read are reported as ``"incomplete_unit"``, the
+    rest of the gap as ``"head_tail_gap"``. When the head takes every unit there
+    is no tail and no placeholder (incomplete units are still left out and
+    reported). Only the head and the tail are read, never the middle.
 
     Reference: autogen ``HeadAndTailChatCompletionContext``.
 
@@ -535,6 +539,7 @@ class HeadAndTailView(ContextView):
         ledger.anchor()
         # Head: oldest-first until the first unit that would cross head_size.
         count = 0
+        head_end = source.first_seq - 1  # last seq of the last head unit
         refused: Unit | None = None
         forward = ForwardReader(source, first_page=_first_page(self.head_size))
         for unit in ledger.candidates(ForwardUnits(forward)):
@@ -543,31 +548,36 @@ class HeadAndTailView(ContextView):
                 break
             ledger.keep(unit)
             count += unit.size
+            head_end = unit.last_seq
         if refused is None:
             return ledger.build()
         # Tail: newest-first down to the refused unit at most.
         tail: list[Unit] = []
         count = 0
-        crossed = False
         reader = ReverseReader(
             source, floor=refused.first_seq, first_page=_first_page(self.tail_size)
         )
         for unit in ledger.candidates(BackwardUnits(reader)):
             if tail and count + unit.size > self.tail_size:
-                crossed = True
                 break
             ledger.keep(unit)
             tail.append(unit)
             count += unit.size
-        if not crossed:
-            return ledger.build()
+        # The gap: every stored seq between the head and the tail. What the window does
+        # not hold there (units neither walk took, incomplete units) is N; anchored
+        # messages there are kept. The placeholder goes before the first left-out one.
         tail_first = tail[-1].first_seq
-        head_last = max((s for s in ledger.kept if s < refused.first_seq),
-                        default=source.first_seq - 1)
-        kept_between = sum(1 for s in ledger.kept if head_last < s < tail_first)
-        skipped = tail_first - head_last - 1 - kept_between
+        gap_kept = sorted(s for s in ledger.kept if head_end < s < tail_first)
+        skipped = tail_first - head_end - 1 - len(gap_kept)
+        if skipped == 0:
+            return ledger.build()
+        after = head_end
+        for seq in gap_kept:
+            if seq != after + 1:
+                break
+            after = seq
         return ledger.build(
-            placeholder=self.placeholder(skipped), placeholder_after=head_last, skipped=skipped
+            placeholder=self.placeholder(skipped), placeholder_after=after, skipped=skipped
         )
 
 
@@ -895,9 +905,13 @@ class ScoreBasedView(ContextView):
 class RecentTurnsView(ContextView):
     """Everything from the ``max_turns``-th newest user message on, plus anchored messages.
 
-    Rule: walk units back from the newest, counting non-anchored user messages;
-    the window starts at the ``max_turns``-th one (or at the start of history when
-    there are fewer). Anchored messages before it are kept in place. With
+    Rule: walk units back from the newest, counting non-anchored user messages.
+    When the history holds more than ``max_turns`` of them, the window starts at
+    the ``max_turns``-th newest; otherwise nothing is trimmed, and messages before
+    the first user turn (say an assistant greeting after a pinned user message)
+    stay. To tell the two apart the walk reads back to the next older user message
+    (or the start of history), no further. Anchored messages before the window's
+    start are kept in place. With
     ``remove_tool_messages``, complete tool units (a call and its results) are
     dropped from the window, except the newest unit; final assistant answers stay.
     Omitted reasons: ``"max_turns"``, ``"tool_messages_removed"``.
@@ -912,6 +926,8 @@ class RecentTurnsView(ContextView):
     incomplete one. agentflow trims destructively (the state is checkpointed);
     memstore only reads. agentflow accepts ``max_messages <= 0`` (system messages
     only); memstore requires ``max_turns >= 1`` and always keeps the newest unit.
+    Like agentflow, memstore trims nothing while the history holds no more user
+    turns than ``max_turns`` (a leading assistant greeting stays).
 
     Args:
         max_turns: user messages the window starts from (>= 1).
@@ -935,15 +951,23 @@ class RecentTurnsView(ContextView):
             return ledger.build()
         ledger.anchor()
         kept: list[Unit] = []
+        before_first_turn: list[Unit] = []  # units older than the max_turns-th user turn
         turns = 0
         reader = ReverseReader(source, first_page=_first_page(4 * self.max_turns))
         for unit in ledger.candidates(BackwardUnits(reader)):
+            if turns == self.max_turns:
+                if unit.starts_with_user:  # more turns than max_turns: trim
+                    break
+                before_first_turn.append(unit)
+                continue
             ledger.keep(unit)
             kept.append(unit)
             if unit.starts_with_user:
                 turns += 1
-                if turns == self.max_turns:
-                    break
+        else:  # no more turns than max_turns: nothing is trimmed
+            for unit in before_first_turn:
+                ledger.keep(unit)
+                kept.append(unit)
         if self.remove_tool_messages:
             for unit in kept[1:]:
                 if unit.is_tool_unit:
@@ -966,14 +990,23 @@ _VIEW_CLASSES: dict[str, type[ContextView]] = {
 }
 
 
-def view_from_config(config: Mapping[str, Any]) -> ContextView:
+def view_from_config(
+    config: Mapping[str, Any], *, counters: Iterable[TokenCounter] = ()
+) -> ContextView:
     """Rebuild a view from :meth:`ContextView.to_config` output.
 
-    Counters are rebuilt from their name with ``memstore.tokens.counter_from_name``.
+    A counter is saved by its name. It is rebuilt as the counter of ``counters``
+    with that name when there is one (how a custom counter comes back), else with
+    ``memstore.tokens.counter_from_name``.
+
+    Args:
+        config: the view's configuration.
+        counters: counters to resolve saved counter names with, e.g. your own.
 
     Raises:
         ConfigurationError: (a ``ValueError``) unknown type, unknown parameter, invalid
-            value, or a counter name that cannot be rebuilt.
+            value, or a counter name that cannot be rebuilt (a custom counter's name
+            not given in ``counters``).
     """
     if not isinstance(config, Mapping):
         raise ConfigurationError(f"a view config must be a mapping, not {type(config).__name__}")
@@ -992,7 +1025,18 @@ def view_from_config(config: Mapping[str, Any]) -> ContextView:
     if counter is not None:
         if not isinstance(counter, str):
             raise ConfigurationError(f"{kind} counter must be saved by name, got {counter!r}")
-        params["counter"] = counter_from_name(counter)
+        known = {validate_counter(c, "view_from_config counters item").name: c
+                 for c in counters}
+        if counter in known:
+            params["counter"] = known[counter]
+        else:
+            try:
+                params["counter"] = counter_from_name(counter)
+            except ConfigurationError as exc:
+                raise ConfigurationError(
+                    f"{kind} counter {counter!r} cannot be rebuilt: {exc}; pass the counter "
+                    "as view_from_config(config, counters=[...])"
+                ) from exc
     try:
         return cls(**params)
     except TypeError as exc:
