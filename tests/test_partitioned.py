@@ -283,7 +283,7 @@ def test_every_hot_statement_touches_one_partition(
 
     checked = 0
     with engine.connect() as conn:
-        raw = conn.connection.dbapi_connection
+        raw: Any = conn.connection.dbapi_connection
         for index, (statement, params) in enumerate(statements):
             kind = statement.split(None, 1)[0].upper()
             plans = []
