@@ -38,7 +38,8 @@ from memstore.views import (
     TokenLimitedView,
     UnboundedView,
 )
-from tests import test_store, test_windows
+from tests import test_async, test_bad_input, test_cache, test_store, test_windows
+from tests.test_cache import pair  # noqa: F401  (a fixture the cache tests take)
 
 pytestmark = pytest.mark.postgres
 
@@ -70,15 +71,19 @@ def db_url(partitioned_url: str) -> str:
 
 # ---- the store contract, again, on the partitioned layout ------------------------------------
 #
-# The tests of test_store and test_windows that take a store (or a database url) are
-# collected here a second time; the ``db_url`` fixture above points them at the
-# partitioned database (conftest's ``store`` fixture builds sync and async stores on it).
+# The tests of the store, window, async, cache and bad-input modules that take a store,
+# a pair of stores or a database url are collected here a second time; the ``db_url``
+# fixture above points them at the partitioned database (conftest's ``store`` fixture
+# builds sync and async stores on it).
 
-for _module in (test_store, test_windows):
+#: Not about the layout: event-loop responsiveness while a driver call runs.
+_NOT_LAYOUT = {"test_event_loop_keeps_running_during_a_large_extend"}
+
+for _module in (test_store, test_windows, test_async, test_cache, test_bad_input):
     for _name, _test in inspect.getmembers(_module, inspect.isfunction):
-        if _name.startswith("test_") and {"store", "db_url"} & set(
-            inspect.signature(_test).parameters
-        ):
+        if _name.startswith("test_") and _name not in _NOT_LAYOUT and {
+            "store", "db_url", "pair"
+        } & set(inspect.signature(_test).parameters):
             globals()[f"{_name}__partitioned"] = _test
 
 
