@@ -140,7 +140,8 @@ class BadPriming(ProtoCounter):
     (ProtoCounter(name=""), "name must be a non-empty string"),
     (ProtoCounter(name=3), "name must be a non-empty string"),  # type: ignore[arg-type]
     (BaseTokenCounter(), "name failed"),
-    ("tiktoken/cl100k_base", "has no count_message or count_messages method"),
+    ("tiktoken/cl100k_base", "got the string 'tiktoken/cl100k_base'.*counter_from_name"),
+    (object(), "has no count_message or count_messages method"),
 ])
 def test_bad_counters_are_rejected_clearly(bad: Any, match: str, tmp_path: Path) -> None:
     from memstore import MemoryStore

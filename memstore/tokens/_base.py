@@ -87,6 +87,11 @@ def validate_counter(counter: object, what: str = "counter") -> TokenCounter:
         ConfigurationError: ``name`` is not a non-empty string, or ``count_message``
             or ``count_messages`` is missing or not callable.
     """
+    if isinstance(counter, str):
+        raise ConfigurationError(
+            f"{what} must be a TokenCounter object, got the string {counter!r} "
+            "(memstore.counter_from_name builds a counter from a name)"
+        )
     missing = [
         method for method in ("count_message", "count_messages")
         if not callable(getattr(counter, method, None))
