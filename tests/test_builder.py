@@ -1,4 +1,4 @@
-"""ContextBuilder: contexty's documented behaviours, the contexty bugs not copied, history blocks."""
+"""ContextBuilder: contexty's behaviours, the contexty bugs not copied, history blocks."""
 
 from __future__ import annotations
 
@@ -91,7 +91,8 @@ def test_blocks_are_served_in_tier_order() -> None:
                             messages=[Message.user("history")]))
     builder.add_block(Block("custom", tier=7, strategy=Drop(), messages=[Message.user("seven")]))
     builder.add_block(Block("rag", tier=Tier.RAG, strategy=Drop(), messages=[Message.user("rag")]))
-    builder.add_block(Block("core", tier=Tier.CORE, strategy=Drop(), messages=[Message.user("core")]))
+    builder.add_block(Block("core", tier=Tier.CORE, strategy=Drop(),
+                            messages=[Message.user("core")]))
     builder.add_block(Block("system", tier=Tier.SYSTEM, strategy=Strict(),
                             messages=[Message.system("system")]))
     builder.add_block(Block("first", tier=-1, strategy=Drop(), messages=[Message.user("minus")]))
@@ -103,8 +104,10 @@ def test_blocks_are_served_in_tier_order() -> None:
 def test_insertion_order_is_kept_within_a_tier() -> None:
     builder = ContextBuilder(100, counter=C)
     for name in ("b", "a", "c"):
-        builder.add_block(Block(name, tier=Tier.RAG, strategy=Drop(), messages=[Message.user(name)]))
-    builder.add_block(Block("s", tier=Tier.SYSTEM, strategy=Strict(), messages=[Message.system("s")]))
+        builder.add_block(Block(name, tier=Tier.RAG, strategy=Drop(),
+                                messages=[Message.user(name)]))
+    builder.add_block(Block("s", tier=Tier.SYSTEM, strategy=Strict(),
+                            messages=[Message.system("s")]))
     assert ids(builder.compile()) == ["s", "b", "a", "c"]
 
 
@@ -323,7 +326,7 @@ def test_the_builder_is_reusable_and_deterministic() -> None:
     assert first == second
     builder.add_block(Block("s", tier=Tier.SYSTEM, strategy=Strict(), messages=[words(1)]))
     third = builder.compile()
-    assert [m.text for m in third.messages][0] == "w"
+    assert third.messages[0].text == "w"
     assert third.report.tokens_per_block["h"] == 4
     builder.remove_block("s")
     assert builder.compile() == first
@@ -484,7 +487,9 @@ def test_the_default_counter_is_offline_cl100k() -> None:
         ({"strategy": Drop(), "messages": [], "history": "h"}, "exactly one"),
     ],
 )
-def test_invalid_blocks_raise_configuration_error_at_once(kwargs: dict[str, Any], match: str) -> None:
+def test_invalid_blocks_raise_configuration_error_at_once(
+    kwargs: dict[str, Any], match: str
+) -> None:
     kwargs = {"tier": Tier.RAG, **kwargs}
     with pytest.raises(ConfigurationError, match=match):
         Block("b", **kwargs)
@@ -602,7 +607,8 @@ def test_inject_into_system_appends_one_text_part_and_keeps_the_rest() -> None:
     assert injected.metadata == {"v": 2} and injected.pinned
     assert injected.content == [
         TextPart(text="You are "), TextPart(text="helpful."),
-        TextPart(text="\n<context>\n  <fact>fact &lt;1&gt;</fact>\n  <fact>fact 2</fact>\n</context>"),
+        TextPart(text="\n<context>\n  <fact>fact &lt;1&gt;</fact>\n"
+                      "  <fact>fact 2</fact>\n</context>"),
     ]
     plain = inject_into_system(Message.system("Rules."), MarkdownListFormatter("Docs"), ["d"])
     assert plain.text == "Rules.\n### Docs\n- d"
