@@ -23,6 +23,7 @@ from memstore import (
     MemoryStore,
     Message,
     NotFoundError,
+    ScoreBasedView,
     StoredMessage,
     Strategy,
     Strict,
@@ -697,6 +698,28 @@ async def test_history_block_keeps_the_views_own_settings(store: Any) -> None:
     # The builder's counter replaced the view's own (stored counts are reused).
     assert compiled.report.history_reports["h"].counter == counter.name
     check_arithmetic(compiled, counter)
+
+
+async def test_history_block_with_a_score_based_view_and_a_reserve(store: Any) -> None:
+    counter = store.counter
+    await call(store.extend("chat", conversation(30)))
+    view = ScoreBasedView(token_limit=30, keep_rate=0.8, reserve=20)
+    builder = ContextBuilder(150, counter=counter).add_block(
+        Block("h", tier=Tier.HISTORY, strategy=Drop(), history=HistoryBlock(store, "chat", view)))
+    compiled = await compile_with(builder, store)
+    check_arithmetic(compiled, counter)
+    assert compiled.report.history_reports["h"].view == "ScoreBasedView"
+    # The view leaves its reserve free inside the block's budget.
+    assert compiled.report.tokens_per_block["h"] <= 150 - counter.count_messages([]) - 20
+    # A reserve larger than the whole budget: the view reads its required part only
+    # (anchored messages and the newest unit), which fits the block here.
+    huge_reserve = ScoreBasedView(token_limit=500, reserve=400)
+    tight = await compile_with(ContextBuilder(150, counter=counter).add_block(
+        Block("h", tier=Tier.HISTORY, strategy=Drop(),
+              history=HistoryBlock(store, "chat", huge_reserve))), store)
+    check_arithmetic(tight, counter)
+    assert [m.text for m in tight.messages] == ["You are a careful agent.",
+                                                   "answer 29 with some words"]
 
 
 async def test_history_block_of_an_unknown_conversation_is_empty(store: Any) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -10,18 +11,30 @@ from hypothesis import strategies as st
 
 from memstore import (
     Block,
+    BufferedView,
     CompiledContext,
     ContextBudgetError,
     ContextBuilder,
+    ContextView,
+    ContextWindow,
+    ConversationNotFoundError,
     Drop,
     FixedCounter,
+    HeadAndTailView,
+    HistoryBlock,
     Message,
+    RecentTurnsView,
+    ScoreBasedView,
+    StoredMessage,
     Strategy,
     Strict,
     Summarize,
+    Tier,
     TokenCounter,
+    TokenLimitedView,
     ToolCall,
     TruncateOldest,
+    UnboundedView,
 )
 
 SETTINGS = settings(max_examples=120, derandomize=True, deadline=None,
@@ -214,3 +227,83 @@ def test_drop_and_truncate_only_never_raise(blocks: list[Spec], max_tokens: int)
                                 max_tokens=spec.max_tokens))
     compiled = builder.compile()
     check(compiled, counter, max_tokens, blocks)
+
+
+# ---- history blocks over an in-memory store (the database paths are in test_builder.py) -----
+
+
+class ListStore:
+    """A store stand-in: ``window`` runs the view over a list (what the real stores do in SQL)."""
+
+    def __init__(self, messages: list[StoredMessage], counter: TokenCounter) -> None:
+        self.messages = messages
+        self.counter = counter
+
+    def window(self, conversation_id: str, view: ContextView) -> ContextWindow:
+        if conversation_id != "chat":
+            raise ConversationNotFoundError(conversation_id)
+        return view.apply(self.messages, view.resolve_counter(self.counter))
+
+
+def stored(messages: list[Message], counter: TokenCounter) -> list[StoredMessage]:
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    return [
+        StoredMessage(**m.model_dump(exclude={"id"}), conversation_id="chat", seq=i + 1,
+                      created_at=now, token_count=counter.count_message(m),
+                      token_counter=counter.name, id=f"m{i + 1}")
+        for i, m in enumerate(messages)
+    ]
+
+
+VIEWS = st.sampled_from([
+    None,
+    TokenLimitedView(token_limit=1),
+    TokenLimitedView(token_limit=1, start_on_user=True),
+    ScoreBasedView(token_limit=1, keep_rate=0.5),
+    BufferedView(buffer_size=4),
+    RecentTurnsView(max_turns=2),
+    HeadAndTailView(head_size=2, tail_size=3),
+    UnboundedView(),
+])
+
+
+@SETTINGS
+@given(spec=specs(), view=VIEWS, max_tokens=st.integers(1, 200), history_cap=st.none()
+       | st.integers(1, 80), kind=st.sampled_from(["strict", "drop", "truncate", "turns"]))
+def test_history_blocks_never_exceed_the_budget(
+    spec: list[Spec], view: ContextView | None, max_tokens: int, history_cap: int | None,
+    kind: str,
+) -> None:
+    counter = FixedCounter(per_message=2, per_word=1, per_tool_call=1, priming=2)
+    max_tokens = max(max_tokens, 2)
+    history = [m for s in spec for m in s.messages]
+    store = ListStore(stored(history, counter), counter)
+    strategy: Strategy = {"strict": Strict(), "drop": Drop(), "truncate": TruncateOldest(),
+                          "turns": TruncateOldest(keep_turns_atomic=True)}[kind]
+    builder = ContextBuilder(max_tokens, counter=counter)
+    builder.add_block(Block("system", tier=Tier.SYSTEM, strategy=Drop(),
+                            messages=[Message.system("be brief")]))
+    builder.add_block(Block("h", tier=Tier.HISTORY, strategy=strategy, max_tokens=history_cap,
+                            history=HistoryBlock(store, "chat", view)))  # type: ignore[arg-type]
+    builder.add_block(Block("none", tier=Tier.HISTORY, strategy=Strict(),
+                            history=HistoryBlock(store, "nobody", view)))  # type: ignore[arg-type]
+    try:
+        compiled = builder.compile()
+    except ContextBudgetError as exc:
+        assert exc.required > exc.budget >= 0
+        assert "'h'" in str(exc) and kind in ("strict", "truncate", "turns")
+        return
+    report = compiled.report
+    total = counter.count_messages(compiled.messages)
+    assert total == report.total_tokens_used <= max_tokens
+    assert total == counter.priming + sum(report.tokens_per_block.values())
+    assert_units_whole(compiled.messages)
+    assert set(report.history_reports) == {"h", "none"}
+    assert "none" not in report.original_tokens_per_block
+    # Output is a subsequence of the stored history (in order), after the system block.
+    out = [m for m in compiled.messages if isinstance(m, StoredMessage)]
+    seqs = [m.seq for m in out]
+    assert seqs == sorted(set(seqs))
+    if "h" in report.tokens_per_block and report.evictions.get("h") != "dropped":
+        window_report = report.history_reports["h"]
+        assert window_report.included_count >= len(out)
