@@ -839,3 +839,22 @@ async def test_a_huge_history_reads_about_as_many_rows_as_a_small_one(db_url: st
         small, huge = rows[(kind, "small")], rows[(kind, "huge")]
         assert huge <= 2 * small + 64, rows
         assert huge < 2_000, rows
+
+
+def test_the_builder_modules_are_pure() -> None:
+    import ast
+    from pathlib import Path
+
+    import memstore
+
+    package = Path(memstore.__file__).parent
+    for module in ("builder.py", "strategies.py", "formatters.py"):
+        tree = ast.parse((package / module).read_text())
+        imported = {alias.name.split(".")[0] for node in ast.walk(tree)
+                    if isinstance(node, ast.Import) for alias in node.names}
+        imported |= {node.module.split(".")[0] for node in ast.walk(tree)
+                     if isinstance(node, ast.ImportFrom) and node.module}
+        assert not imported & {"sqlalchemy", "tiktoken", "alembic"}, module
+        # Stores are only named for type checkers, never imported at run time.
+        runtime = [node for node in tree.body if isinstance(node, ast.ImportFrom)]
+        assert not {n.module for n in runtime} & {"memstore.store", "memstore.aio"}, module
