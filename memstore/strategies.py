@@ -34,7 +34,7 @@ __all__ = [
 
 #: A summarizer: called with a block's messages, returns the summary text (which
 #: becomes a ``system`` message) or a message. May be ``async`` (then only
-#: :meth:`ContextBuilder.acompile` can call it).
+#: :meth:`~memstore.builder.ContextBuilder.acompile` can call it).
 Summarizer = Callable[[list[Message]], str | Message | Awaitable[str | Message]]
 
 
@@ -308,7 +308,7 @@ class Summarize(Strategy):
     is. If the summary fits the block's budget it replaces the block, otherwise the
     block is dropped (still labelled ``"summarized"``; its id is in
     ``blocks_dropped``). The summarizer's errors propagate unchanged. An ``async``
-    summarizer works only under :meth:`ContextBuilder.acompile`.
+    summarizer works only under :meth:`~memstore.builder.ContextBuilder.acompile`.
 
     Args:
         summarizer: ``(list[Message]) -> str | Message``, sync or async.
