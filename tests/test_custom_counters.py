@@ -360,3 +360,36 @@ def test_list_history_source_counts_with_custom_priming() -> None:
     msgs = stored([U("a b"), Message.assistant("c")], counter=ProtoCounter())
     window = UnboundedView().select(ListHistory(msgs), ProtoCounter())
     assert window.token_count == 5 + 4 + 2
+
+
+# ---- the context builder -----------------------------------------------------------------------
+
+
+async def test_context_builder_takes_a_protocol_only_counter(store: Any, counter: ProtoCounter
+                                                             ) -> None:
+    from memstore import (
+        AsyncMemoryStore,
+        Block,
+        ContextBuilder,
+        HistoryBlock,
+        Strict,
+        Tier,
+        TruncateOldest,
+    )
+
+    await call(store.extend("c", history()))
+    builder = (
+        ContextBuilder(max_tokens=60, counter=counter)
+        .add_block(Block("system", tier=Tier.SYSTEM, strategy=Strict(),
+                         messages=[Message.system("be brief")]))
+        .add_block(Block("history", tier=Tier.HISTORY, strategy=TruncateOldest(),
+                         history=HistoryBlock(store, "c")))
+    )
+    if isinstance(store, AsyncMemoryStore):
+        compiled = await builder.acompile()
+    else:
+        compiled = builder.compile()
+    assert compiled.messages
+    assert compiled.token_count == counter.count_messages(compiled.messages) <= 60
+    with pytest.raises(ConfigurationError, match="name must be a non-empty string"):
+        ContextBuilder(max_tokens=60, counter=ProtoCounter(name=""))
