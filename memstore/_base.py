@@ -118,7 +118,8 @@ def open_engine(
     planner = Planner(counter if counter is not None else default_counter(),
                       RowCache(cache_size) if cache_size else None)
     if engine is None:
-        made = make(url or default_url(), busy_timeout=busy_timeout, **engine_options)
+        made = make(url if url is not None else default_url(), busy_timeout=busy_timeout,
+                    **engine_options)
         return mode, planner, True, made
     install_sqlite_hooks(sync_engine_of(engine), busy_timeout=busy_timeout)
     return mode, planner, False, engine
