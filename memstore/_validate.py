@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Annotated, Any
-
-from pydantic import AfterValidator
+from typing import Any
 
 __all__ = [
     "MAX_COUNTER_NAME_LENGTH",
@@ -39,7 +37,6 @@ __all__ = [
     "MAX_JSON_INT_DIGITS",
     "MAX_SEQ",
     "MAX_TOKEN_COUNT",
-    "SafeStr",
     "check_json",
     "check_text",
     "text_problem",
@@ -95,29 +92,15 @@ def check_text(value: str, what: str) -> str:
     return value
 
 
-def _safe_str(value: str) -> str:
-    problem = text_problem(value)
-    if problem is not None:
-        raise ValueError(f"the string {problem}")
-    return value
-
-
-#: A pydantic string field that enforces :func:`check_text`.
-SafeStr = Annotated[str, AfterValidator(_safe_str)]
-
-
-def _check_float(value: float, where: str) -> None:
+def _float_problem(value: float) -> str | None:
     if not math.isfinite(value):
-        raise ValueError(f"{where} holds {value!r}, which is not valid JSON")
+        return f"holds {value!r}, which is not valid JSON"
     if value == 0.0 and math.copysign(1.0, value) < 0:
-        raise ValueError(
-            f"{where} holds -0.0, which PostgreSQL reads back as 0.0; store 0.0"
-        )
+        return "holds -0.0, which PostgreSQL reads back as 0.0; store 0.0"
     if abs(value) >= MAX_JSON_FLOAT:
-        raise ValueError(
-            f"{where} holds the float {value!r}; floats of magnitude 1e16 or more read back "
-            f"as integers on PostgreSQL, so store an int (or a string) instead"
-        )
+        return (f"holds the float {value!r}; floats of magnitude 1e16 or more read back "
+                f"as integers on PostgreSQL, so store an int (or a string) instead")
+    return None
 
 
 def _path(root: str, keys: list[Any]) -> str:
@@ -138,29 +121,62 @@ def check_json(value: Any, where: str) -> None:
 
 
 def _check_json(value: Any, root: str, keys: list[Any]) -> None:
-    if value is None or isinstance(value, bool):
-        return
-    if isinstance(value, int):
-        if not -_INT_BOUND < value < _INT_BOUND:
-            raise ValueError(
-                f"{_path(root, keys)} holds an integer of more than {MAX_JSON_INT_DIGITS} digits"
-            )
-        return
-    if isinstance(value, float):
-        _check_float(value, _path(root, keys))
-        return
-    if isinstance(value, str):
+    # Exact-type fast paths first: this runs for every metadata value of every write.
+    kind = type(value)
+    if kind is str:
         problem = text_problem(value)
-        if problem is not None:
-            raise ValueError(f"{_path(root, keys)} {problem}")
+    elif kind is dict or kind is list:
+        _check_container(value, root, keys)
         return
-    if isinstance(value, (list, tuple, Mapping)):
-        if len(keys) >= MAX_JSON_DEPTH:
-            raise ValueError(
-                f"{_path(root, keys)} is nested more than {MAX_JSON_DEPTH} levels deep"
-            )
-        if isinstance(value, Mapping):
-            for key, item in value.items():
+    elif value is None or kind is bool:
+        return
+    elif kind is int:
+        problem = None if -_INT_BOUND < value < _INT_BOUND else \
+            f"holds an integer of more than {MAX_JSON_INT_DIGITS} digits"
+    elif kind is float:
+        problem = _float_problem(value)
+    # Subclasses (IntEnum, str subclasses, OrderedDict, tuples...).
+    elif isinstance(value, bool):
+        return
+    elif isinstance(value, int):
+        _check_json(int(value), root, keys)
+        return
+    elif isinstance(value, float):
+        problem = _float_problem(float(value))
+    elif isinstance(value, str):
+        problem = text_problem(value)
+    elif isinstance(value, (list, tuple, Mapping)):
+        _check_container(value, root, keys)
+        return
+    else:
+        problem = f"holds a {type(value).__name__}, which is not a JSON value"
+    if problem is not None:
+        raise ValueError(f"{_path(root, keys)} {problem}")
+
+
+def _plain(item: Any) -> bool:
+    """Fast path: ``item`` is a scalar that obviously passes (most JSON values are)."""
+    kind = type(item)
+    if kind is str:
+        text: str = item
+        return text.isascii() and "\x00" not in text
+    if item is None or kind is bool:
+        return True
+    if kind is int:
+        return bool(-_INT_BOUND < item < _INT_BOUND)
+    if kind is float:
+        number: float = item
+        return 0.0 < abs(number) < MAX_JSON_FLOAT or (
+            number == 0.0 and math.copysign(1.0, number) > 0)
+    return False
+
+
+def _check_container(value: Any, root: str, keys: list[Any]) -> None:
+    if len(keys) >= MAX_JSON_DEPTH:
+        raise ValueError(f"{_path(root, keys)} is nested more than {MAX_JSON_DEPTH} levels deep")
+    if type(value) is dict or isinstance(value, Mapping):
+        for key, item in value.items():
+            if type(key) is not str or not key.isascii() or "\x00" in key:
                 if not isinstance(key, str):
                     raise ValueError(
                         f"{_path(root, keys)} has a non-string key {key!r}; JSON keys are strings"
@@ -168,15 +184,15 @@ def _check_json(value: Any, root: str, keys: list[Any]) -> None:
                 problem = text_problem(key)
                 if problem is not None:
                     raise ValueError(f"{_path(root, keys)} key {key[:40]!r} {problem}")
-                keys.append(key)
-                _check_json(item, root, keys)
-                keys.pop()
-        else:
-            for i, item in enumerate(value):
-                keys.append(i)
-                _check_json(item, root, keys)
-                keys.pop()
-        return
-    raise ValueError(
-        f"{_path(root, keys)} holds a {type(value).__name__}, which is not a JSON value"
-    )
+            if _plain(item):
+                continue
+            keys.append(key)
+            _check_json(item, root, keys)
+            keys.pop()
+    else:
+        for i, item in enumerate(value):
+            if _plain(item):
+                continue
+            keys.append(i)
+            _check_json(item, root, keys)
+            keys.pop()
