@@ -24,6 +24,7 @@ from memstore._validate import (
     MAX_SEQ,
     MAX_TOKEN_COUNT,
     check_json,
+    short_repr,
     text_problem,
 )
 from memstore.errors import ConfigurationError, InvalidInputError
@@ -111,7 +112,7 @@ def open_engine(
         raise ConfigurationError("pass either url or engine, not both")
     mode = check_migrate_mode(migrate)
     if not isinstance(cache_size, int) or isinstance(cache_size, bool) or cache_size < 0:
-        raise ConfigurationError(f"cache_size must be an int >= 0, got {cache_size!r}")
+        raise ConfigurationError(f"cache_size must be an int >= 0, got {_short(cache_size)}")
     busy_timeout = check_busy_timeout(busy_timeout)
     if counter is not None:
         check_counter_name(counter)
@@ -133,7 +134,7 @@ MAX_BUSY_TIMEOUT = 2_000_000.0
 def check_busy_timeout(value: Any) -> float:
     """Validate ``busy_timeout``: a finite number of seconds in [0, MAX_BUSY_TIMEOUT]."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigurationError(f"busy_timeout must be a number of seconds, got {value!r}")
+        raise ConfigurationError(f"busy_timeout must be a number of seconds, got {_short(value)}")
     try:
         seconds = float(value)
     except OverflowError:
@@ -141,7 +142,7 @@ def check_busy_timeout(value: Any) -> float:
     if not math.isfinite(seconds) or not 0 <= seconds <= MAX_BUSY_TIMEOUT:
         raise ConfigurationError(
             f"busy_timeout must be a finite number of seconds in [0, {MAX_BUSY_TIMEOUT:g}], "
-            f"got {value!r}"
+            f"got {_short(value)}"
         )
     return seconds
 
@@ -168,7 +169,7 @@ def check_migrate_mode(mode: str) -> MigrateMode:
     """Validate the ``migrate=`` argument."""
     if mode not in MIGRATE_MODES:
         raise ConfigurationError(
-            f"migrate must be one of {', '.join(MIGRATE_MODES)}, not {mode!r}"
+            f"migrate must be one of {', '.join(MIGRATE_MODES)}, not {_short(mode)}"
         )
     return mode  # type: ignore[return-value]
 
@@ -194,9 +195,7 @@ def new_conversation_id(cid: str | None) -> str:
     return str(uuid.uuid4()) if cid is None else check_conversation_id(cid)
 
 
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:40]}... ({len(text)} characters)"
+_short = short_repr
 
 
 def check_seq(seq: Any, name: str = "seq") -> int:
@@ -304,7 +303,7 @@ def check_view(view: Any) -> ContextView:
     """Ensure ``view`` is a context view (an instance of a ContextView subclass)."""
     if not isinstance(view, ContextView):
         raise InvalidInputError(
-            f"{view!r} is not a context view (subclass memstore.ContextView to write one)"
+            f"{_short(view)} is not a context view (subclass memstore.ContextView to write one)"
         )
     return view
 

@@ -39,6 +39,7 @@ __all__ = [
     "MAX_TOKEN_COUNT",
     "check_json",
     "check_text",
+    "short_repr",
     "text_problem",
 ]
 
@@ -64,6 +65,17 @@ MAX_TOKEN_COUNT = 2**31 - 1
 
 #: Longest token counter name (the ``token_counter`` column is ``VARCHAR(64)``).
 MAX_COUNTER_NAME_LENGTH = 64
+
+
+def short_repr(value: Any) -> str:
+    """``repr(value)`` for an error message: shortened, and safe for huge integers."""
+    if isinstance(value, int) and value.bit_length() > 200:
+        return f"an integer of {value.bit_length()} bits"  # repr may refuse huge ints
+    try:
+        text = repr(value)
+    except ValueError:  # a huge int inside a container, say
+        return f"a {type(value).__name__} that cannot be shown"
+    return text if len(text) <= 60 else f"{text[:40]}... ({len(text)} characters)"
 
 
 def text_problem(value: str) -> str | None:

@@ -3,6 +3,11 @@
 The canonical message shape is OpenAI's chat format. Every model here is a
 frozen pydantic v2 model; invalid input raises :class:`pydantic.ValidationError`
 naming the field, before anything is written.
+
+The input rules (:mod:`memstore._validate`) hold in every model: strings are text
+both databases store exactly (no NUL, no surrogate code point), JSON values hold
+only numbers PostgreSQL's ``jsonb`` gives back unchanged and nest at most 64
+levels, and seqs, token counts and counter names fit their columns.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from memstore._validate import (
     MAX_TOKEN_COUNT,
     check_json,
     check_text,
+    short_repr,
 )
 
 __all__ = [
@@ -100,7 +106,8 @@ def _tool_call_fields(item: Any) -> Any:
     kind = item.get("type", "function")
     if kind != "function":
         raise ValueError(
-            f"tool call type {kind!r} is not supported (only \"function\" tool calls are)"
+            f"tool call type {short_repr(kind)} is not supported (only \"function\" tool calls "
+            f"are)"
         )
     if "function" not in item:
         return item
@@ -240,7 +247,7 @@ class Message(BaseModel):
     def _check_score_range(cls, value: Any) -> Any:
         if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _MAX_FLOAT:
             raise ValueError(f"score must be finite and >= 0, got an integer of "
-                             f"{len(str(abs(value)))} digits")
+                             f"{value.bit_length()} bits (too large for a float)")
         return value
 
     @field_validator("score")

@@ -52,7 +52,7 @@ from typing import Any, ClassVar, Literal, cast
 
 from pydantic import JsonValue
 
-from memstore._validate import check_json, text_problem
+from memstore._validate import check_json, short_repr, text_problem
 from memstore.errors import ConfigurationError, ContextBudgetError, MemstoreError
 from memstore.history import HistorySource, ListHistory
 from memstore.models import (
@@ -112,9 +112,7 @@ _MAX_SPEC_NUMBER = 200
 # ---- validation helpers ----------------------------------------------------------------
 
 
-def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:40]}... ({len(text)} characters)"
+_short = short_repr
 
 
 def _check_int(view: str, name: str, value: object, minimum: int) -> None:
@@ -226,7 +224,7 @@ def _normalize_tools(view: str, tools: object) -> tuple[dict[str, Any], ...] | N
 
 def _check_counter(view: str, counter: object) -> None:
     if counter is not None and not isinstance(counter, TokenCounter):
-        raise ConfigurationError(f"{view} counter must be a TokenCounter, got {counter!r}")
+        raise ConfigurationError(f"{view} counter must be a TokenCounter, got {_short(counter)}")
 
 
 # ---- the ledger: what a window kept, what it left out and why ------------------------------
@@ -565,7 +563,7 @@ class HeadAndTailView(ContextView):
         if self.placeholder_role not in _PLACEHOLDER_ROLES:
             raise ConfigurationError(
                 f"HeadAndTailView placeholder_role must be one of {_PLACEHOLDER_ROLES}, "
-                f"got {self.placeholder_role!r}"
+                f"got {_short(self.placeholder_role)}"
             )
 
     def placeholder_text(self, skipped: int) -> str:
@@ -1028,7 +1026,7 @@ def view_from_config(config: Mapping[str, Any]) -> ContextView:
     cls = _VIEW_CLASSES.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise ConfigurationError(
-            f"unknown view type {kind!r}; expected one of {sorted(_VIEW_CLASSES)}"
+            f"unknown view type {_short(kind)}; expected one of {sorted(_VIEW_CLASSES)}"
         )
     params = {key: value for key, value in config.items() if key != "type"}
     allowed = {f.name for f in fields(cls)}

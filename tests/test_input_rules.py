@@ -236,6 +236,25 @@ async def test_overflowing_numbers_are_refused(store: Any) -> None:
     assert (await call(store.get_message("c", 1))).score == 1.0
 
 
+async def test_integers_too_long_to_print_are_refused_by_name(store: Any) -> None:
+    huge = 10**5000  # beyond Python's int-to-str limit: even repr() refuses it
+    await call(store.append("c", Message.user("x")))
+    with pytest.raises(InvalidInputError, match="seq"):
+        await call(store.get_message("c", huge))
+    with pytest.raises(InvalidInputError, match="limit"):
+        await call(store.list_conversations(limit=huge))
+    with pytest.raises(InvalidInputError, match="score"):
+        await call(store.set_score("c", 1, huge))
+    with pytest.raises(pydantic.ValidationError, match="score"):
+        Message.user("x", score=huge)
+    with pytest.raises(pydantic.ValidationError, match="metadata"):
+        Message.user("x", metadata={"n": huge})
+    with pytest.raises(ConfigurationError, match="view type"):
+        view_from_config({"type": huge})
+    with pytest.raises(ConfigurationError, match="busy_timeout"):
+        MemoryStore("sqlite://", busy_timeout=huge)
+
+
 async def test_out_of_range_seqs_get_the_same_error_on_both_databases(store: Any) -> None:
     await call(store.append("c", Message.user("x")))
     for seq in (2**64, 2**63, 2**63 - 1, 2**62 + 1):
