@@ -464,3 +464,16 @@ def test_cli_reports_bad_urls_without_a_traceback(capsys: pytest.CaptureFixture[
         err = capsys.readouterr().err
         assert err.startswith("memstore: error:"), err
         assert "Traceback" not in err
+
+
+def test_cli_refuses_undecodable_arguments_and_writes_nothing(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # On POSIX, argv bytes that are not UTF-8 arrive as surrogates (surrogateescape).
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    assert main(["append", "--url", url, "c", "user", "\udcff\udcfe"]) == 2
+    assert "surrogate" in capsys.readouterr().err
+    assert main(["append", "--url", url, "\udcff", "user", "hi"]) == 1
+    assert "conversation id" in capsys.readouterr().err
+    assert main(["conversations", "--url", url]) == 0
+    assert capsys.readouterr().out.strip() == ""
