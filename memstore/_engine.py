@@ -151,6 +151,8 @@ def _create(factory: Any, u: URL, kwargs: dict[str, Any]) -> Any:
         raise ConfigurationError(
             f"cannot use {u.render_as_string(hide_password=True)!r}: {exc}"
         ) from exc
+    except TypeError as exc:  # an engine option the dialect or pool does not take
+        raise ConfigurationError(f"invalid engine option: {exc}") from exc
 
 
 def _is_memory(u: URL) -> bool:

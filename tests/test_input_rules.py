@@ -433,6 +433,13 @@ async def test_bad_urls_are_configuration_errors(url: str, needle: str) -> None:
         assert needle in str(info.value)
 
 
+async def test_unknown_engine_options_are_configuration_errors(tmp_path: Any) -> None:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    for factory in (MemoryStore, AsyncMemoryStore):
+        with pytest.raises(ConfigurationError, match="bogus_option"):
+            factory(url, bogus_option=1)
+
+
 def test_a_missing_driver_names_the_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "psycopg", None)
     for url in ("postgresql://u@localhost/db", "postgres://u@localhost/db",
