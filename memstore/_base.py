@@ -468,7 +468,8 @@ class Planner:
 
     def load_state(self, state: Any, conversation_id: Any, replace: Any) -> Plan:
         parsed = coerce_state(state)
-        cid = check_conversation_id(conversation_id or parsed.conversation.id)
+        cid = check_conversation_id(
+            parsed.conversation.id if conversation_id is None else conversation_id)
         return Plan(_ops.load_state, (parsed, cid, bool(replace)), write=True)
 
 

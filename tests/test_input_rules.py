@@ -484,3 +484,12 @@ def test_cli_refuses_undecodable_arguments_and_writes_nothing(
     assert "conversation id" in capsys.readouterr().err
     assert main(["conversations", "--url", url]) == 0
     assert capsys.readouterr().out.strip() == ""
+
+
+async def test_load_state_into_an_empty_id_is_refused(store: Any) -> None:
+    await call(store.append("c", Message.user("x")))
+    state = await call(store.save_state("c"))
+    await call(store.append("c", Message.user("y")))
+    with pytest.raises(InvalidInputError, match="empty"):
+        await call(store.load_state(state, ""))
+    assert len(await call(store.messages("c"))) == 2  # not silently replaced
