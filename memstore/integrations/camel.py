@@ -190,8 +190,8 @@ def _sync_store(store: MemoryStore | AsyncMemoryStore) -> MemoryStore:
     CAMEL calls its memory synchronously, also from ``ChatAgent.astep`` inside a running
     event loop, so an ``AsyncMemoryStore`` cannot be awaited there. Its database is
     reached through one synchronous twin per async store (same URL with the matching
-    synchronous driver, same counter), created on first use and shared by every memory
-    on that store.
+    synchronous driver, same counter), created on first use, shared by every memory
+    on that store and closed when the async store is garbage-collected.
     """
     if isinstance(store, MemoryStore):
         return store
@@ -212,6 +212,7 @@ def _sync_store(store: MemoryStore | AsyncMemoryStore) -> MemoryStore:
             twin = MemoryStore(url.set(drivername=driver).render_as_string(hide_password=False),
                                counter=store.counter)
             _TWINS[store] = twin
+            weakref.finalize(store, twin.close)  # its connections close with the async store
         return twin
 
 
@@ -523,7 +524,9 @@ class MemstoreAgentMemory(AgentMemory):
         if not drop:
             return []
         removed = [m for i, m in enumerate(state.messages) if i in drop]
-        kept = [m for i, m in enumerate(state.messages) if i not in drop]
+        first = state.messages[0].seq
+        kept = [m.model_copy(update={"seq": first + n}) for n, m in enumerate(
+            m for i, m in enumerate(state.messages) if i not in drop)]
         self._store.load_state(state.model_copy(update={"messages": kept}),
                                self.conversation_id, replace=True)
         return [message_to_record(m) for m in removed]

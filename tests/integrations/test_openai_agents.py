@@ -400,3 +400,14 @@ def test_docs_example_runs(tmp_path: Path, monkeypatch: Any) -> None:
     for block in blocks:
         exec(compile(block, "openai_agents.md", "exec"), namespace)
     assert namespace["result"].final_output == "You asked for 2 + 3."
+
+
+def test_importing_memstore_imports_no_framework() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, memstore, memstore.integrations\n"
+            "bad = sorted({m.split('.')[0] for m in sys.modules}\n"
+            "             & {'agents', 'camel', 'openai', 'autogen_core', 'langchain_core'})\n"
+            "assert not bad, bad\n")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
