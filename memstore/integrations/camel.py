@@ -36,6 +36,7 @@ from typing import Any
 from memstore.aio import AsyncMemoryStore
 from memstore.errors import (
     ConfigurationError,
+    ContextBudgetError,
     ConversationNotFoundError,
     MissingDependencyError,
 )
@@ -55,12 +56,25 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "memstore.integrations.camel needs CAMEL: pip install 'memstore[camel]'"
     ) from exc
 
-__all__ = ["MemstoreAgentMemory", "MemstoreContextCreator", "MemstoreTokenCounter",
-           "message_to_record", "record_to_message"]
+__all__ = ["ContextOverflowError", "MemstoreAgentMemory", "MemstoreContextCreator",
+           "MemstoreTokenCounter", "message_to_record", "record_to_message"]
 
 #: The metadata key under which a record's CAMEL-only fields are stored.
 METADATA_KEY = "camel"
 _PAGE = 500
+
+class ContextOverflowError(ContextBudgetError, RuntimeError):
+    """The system messages and the newest unit do not fit the memory's budget.
+
+    A :class:`~memstore.ContextBudgetError` that is also the ``RuntimeError`` CAMEL's
+    context creators raise, with ``args[1]`` the tokens required: ``ChatAgent`` ends the
+    step with termination reason ``"max_tokens_exceeded"``, as with its own memory.
+    """
+
+    def __init__(self, error: ContextBudgetError) -> None:
+        super().__init__(str(error), required=error.required, budget=error.budget)
+        self.args = (str(error), error.required)
+
 
 # ---- record <-> message ------------------------------------------------------------------
 
@@ -291,7 +305,10 @@ class MemstoreContextCreator(BaseContextCreator):
             }))
         if not stored:
             return [], 0
-        window = self.view.apply(stored, self._counter)
+        try:
+            window = self.view.apply(stored, self._counter)
+        except ContextBudgetError as exc:
+            raise ContextOverflowError(exc) from exc
         return [_to_openai(m) for m in window.messages], window.token_count
 
 
@@ -391,14 +408,17 @@ class MemstoreAgentMemory(AgentMemory):
         Reads only the window (cost grows with the window, not the history).
 
         Raises:
-            ContextBudgetError: the system messages and the newest unit do not fit the
-                budget (CAMEL's own creator raised ``RuntimeError`` there).
+            ContextOverflowError: the system messages and the newest unit do not fit the
+                budget (a ``ContextBudgetError`` and the ``RuntimeError`` ChatAgent
+                handles).
         """
         self._adopting = False
         try:
             window = self._store.window(self.conversation_id, self.view)
         except ConversationNotFoundError:
             return [], 0
+        except ContextBudgetError as exc:
+            raise ContextOverflowError(exc) from exc
         return [_to_openai(m) for m in window.messages], window.token_count
 
     def write_records(self, records: list[MemoryRecord]) -> None:

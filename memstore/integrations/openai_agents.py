@@ -370,8 +370,10 @@ class MemstoreSession:
             newest = await self._or_empty("messages", [], limit=1, newest_first=True)
             if newest and _is_model_group(newest[0]):
                 popped = await self._call("pop", self.session_id, 1)
-                merged = _items_of(popped[0]) + plain
-                messages = items_to_messages(merged)
+                if popped and popped[0].id == newest[0].id:
+                    messages = items_to_messages(_items_of(popped[0]) + plain)
+                else:  # another writer got there first: put its message back, do not merge
+                    messages = items_to_messages(messages_to_items(popped) + plain)
         await self._call("extend", self.session_id, messages)
 
     async def pop_item(self) -> Item | None:

@@ -374,3 +374,12 @@ def test_docs_example_runs(tmp_path: Path, monkeypatch: Any) -> None:
         exec(compile(block, "camel.md", "exec"), namespace)
     assert namespace["response"].msgs[0].content == "You asked for 2 + 3."
     assert model.seen[-1][1] == {"role": "user", "content": "What is 2 + 3?"}
+
+
+async def test_overflow_ends_the_step_like_camels_own_memory(store: Any) -> None:
+    model = ScriptedModel([{"content": "never sent"}])
+    agent = agent_for(MemstoreAgentMemory("tiny", store, token_limit=12), model)
+    response = await agent.astep("this question is far too long for a twelve token budget")
+    assert response.terminated
+    assert response.info["termination_reasons"] == ["max_tokens_exceeded"]
+    assert model.seen == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import os
 import re
@@ -411,3 +412,66 @@ def test_importing_memstore_imports_no_framework() -> None:
             "             & {'agents', 'camel', 'openai', 'autogen_core', 'langchain_core'})\n"
             "assert not bad, bad\n")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+async def test_sdk_tool_approval_across_a_restart(store: Any, db_url: str) -> None:
+    if "needs_approval" not in inspect.signature(function_tool).parameters:
+        pytest.skip(f"openai-agents {agents.__version__} has no tool approval")
+    from agents import RunState
+
+    @function_tool(needs_approval=True)
+    def remove(path: str) -> str:
+        """Delete a file."""
+        return f"deleted {path}"
+
+    def make_agent(model: ScriptedModel) -> Agent:
+        return Agent(name="ops", instructions="Do as asked.", model=model, tools=[remove])
+
+    model = ScriptedModel([[ResponseFunctionToolCall(
+        id="1", type="function_call", call_id="rm1", name="remove",
+        arguments=json.dumps({"path": "x.txt"}))]])
+    agent = make_agent(model)
+    result = await Runner.run(agent, "delete x.txt", session=MemstoreSession("ops", store))
+    assert result.interruptions
+    saved = result.to_state().to_json()
+    del agent, result
+
+    again = reopen(store, db_url)
+    try:
+        model2 = ScriptedModel([[text("x.txt is gone")]])
+        agent2 = make_agent(model2)
+        session = MemstoreSession("ops", again, view=UnboundedView())
+        state = await RunState.from_json(agent2, saved)
+        state.approve(state.get_interruptions()[0])
+        result = await Runner.run(agent2, state, session=session)
+        assert result.final_output == "x.txt is gone"
+        assert_valid_history(model2.inputs[0])
+        items = await session.get_items()
+        assert [i.get("type", "message") for i in items] == [
+            "message", "function_call", "function_call_output", "message"]
+        stored = await call(again.messages("ops"))
+        assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant"]
+    finally:
+        await close(again)
+
+
+async def test_runner_passes_session_settings_limit(store: Any) -> None:
+    settings_cls = getattr(agents, "SessionSettings", None)
+    if settings_cls is None:
+        pytest.skip(f"openai-agents {agents.__version__} has no SessionSettings")
+    session = MemstoreSession("limited", store, view=UnboundedView(),
+                              session_settings=settings_cls(limit=3))
+    await session.add_items([
+        {"role": "user", "content": "q"},
+        {"type": "function_call", "call_id": "a", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "a", "output": "1"},
+        {"role": "assistant", "content": "first"},
+        {"role": "user", "content": "again"},
+        {"role": "assistant", "content": "second"},
+    ])
+    model = ScriptedModel([[text("third")]])
+    await Runner.run(Agent(name="a", instructions="x", model=model), "more", session=session)
+    # three items, whole units only: the call unit (2 items) did not fit with the newest two
+    assert model.inputs[0][:-1] == [{"role": "assistant", "content": "first"},
+                                    {"role": "user", "content": "again"},
+                                    {"role": "assistant", "content": "second"}]
