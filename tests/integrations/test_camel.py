@@ -383,3 +383,25 @@ async def test_overflow_ends_the_step_like_camels_own_memory(store: Any) -> None
     assert response.terminated
     assert response.info["termination_reasons"] == ["max_tokens_exceeded"]
     assert model.seen == []
+
+
+async def test_image_records_round_trip_through_the_store(store: Any) -> None:
+    from io import BytesIO
+
+    from PIL import Image
+
+    buffer = BytesIO()
+    Image.new("RGB", (2, 2), (255, 0, 0)).save(buffer, format="PNG")
+    image = Image.open(BytesIO(buffer.getvalue()))
+    record = MemoryRecord(
+        message=BaseMessage("User", RoleType.USER, None, "what colour?",
+                            image_list=[image, "https://e.x/a.png"], image_detail="low"),
+        role_at_backend=OpenAIBackendRole.USER)
+    memory = MemstoreAgentMemory("images", store)
+    memory.write_records([record])
+    back = memory.retrieve()[0].memory_record
+    assert back.to_dict() == record.to_dict()
+    assert back.to_openai_message() == record.to_openai_message()
+    stored = (await call(store.messages("images")))[0]
+    assert [p.type for p in stored.content] == ["text", "image_url", "image_url"]
+    assert memory.get_context()[0] == [record.to_openai_message()]
