@@ -38,6 +38,7 @@ from memstore.errors import (
     ConfigurationError,
     ContextBudgetError,
     ConversationNotFoundError,
+    InvalidInputError,
     MissingDependencyError,
 )
 from memstore.models import Message, StoredMessage
@@ -62,6 +63,7 @@ __all__ = ["ContextOverflowError", "MemstoreAgentMemory", "MemstoreContextCreato
 #: The metadata key under which a record's CAMEL-only fields are stored.
 METADATA_KEY = "camel"
 _PAGE = 500
+
 
 class ContextOverflowError(ContextBudgetError, RuntimeError):
     """The system messages and the newest unit do not fit the memory's budget.
@@ -91,7 +93,7 @@ def _projection(record: MemoryRecord) -> dict[str, Any]:
     if role in (OpenAIBackendRole.FUNCTION, OpenAIBackendRole.TOOL):
         if isinstance(message, FunctionCallingMessage):
             return dict(message.to_openai_tool_message())
-        raise ConfigurationError(
+        raise InvalidInputError(
             f"a {role.value} record needs a FunctionCallingMessage, not {type(message).__name__}"
         )
     if role == OpenAIBackendRole.DEVELOPER:
@@ -110,7 +112,8 @@ def record_to_message(record: MemoryRecord) -> Message:
 
     Raises:
         pydantic.ValidationError: the record's OpenAI form is not a valid message.
-        ConfigurationError: a function/tool record that is not a FunctionCallingMessage.
+        InvalidInputError: a function/tool record that is not a FunctionCallingMessage,
+            or an ``extra_info["score"]`` that is not a number.
     """
     projection = _projection(record)
     data = _jsonable(record.to_dict())
@@ -120,7 +123,7 @@ def record_to_message(record: MemoryRecord) -> Message:
         try:
             score = float(raw_score)
         except ValueError as exc:
-            raise ConfigurationError(
+            raise InvalidInputError(
                 f"record extra_info['score'] must be a number, got {raw_score!r}"
             ) from exc
     tool_calls = projection.get("tool_calls")
@@ -426,6 +429,11 @@ class MemstoreAgentMemory(AgentMemory):
 
         Records without an ``agent_id`` get this memory's. A record whose uuid is already
         stored with the same content is not stored again.
+
+        Raises:
+            InvalidInputError: a record cannot be stored (nothing is written).
+            pydantic.ValidationError: a record's OpenAI form is not a valid message.
+            ConflictError: a record's uuid is stored with other content.
         """
         records = list(records)
         for record in records:

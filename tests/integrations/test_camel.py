@@ -19,6 +19,7 @@ from memstore import (
     AsyncMemoryStore,
     ConfigurationError,
     FixedCounter,
+    InvalidInputError,
     MemoryStore,
     Message,
     StoredMessage,
@@ -252,7 +253,7 @@ async def test_scores_follow_camels_rule(store: Any) -> None:
     memory.write_records(records)
     scores = [round(r.score, 6) for r in memory.retrieve()]
     assert scores == [1.0, 4 * 0.5 ** 4, 0.5 ** 3, 0.5 ** 2, 0.5]
-    with pytest.raises(ConfigurationError):
+    with pytest.raises(InvalidInputError):
         memory.write_records([MemoryRecord(
             message=BaseMessage("u", RoleType.USER, None, "x"),
             role_at_backend=OpenAIBackendRole.USER, extra_info={"score": "high"})])
