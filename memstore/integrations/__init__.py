@@ -1,6 +1,14 @@
-"""Adapters that plug memstore into agent frameworks (each one an optional extra).
+"""Adapters that make memstore the memory of agent frameworks (optional extras).
 
-Import the module of the framework you use, for example
-``from memstore.integrations.camel import MemstoreAgentMemory``. Importing this
-package imports no framework.
+Each adapter lives in its own module and imports its framework only there, so
+``import memstore`` (and ``import memstore.integrations``) never imports a framework:
+
+* ``memstore.integrations.autogen.MemstoreChatCompletionContext`` (``memstore[autogen]``)
+* ``memstore.integrations.langchain.MemstoreChatMessageHistory`` (``memstore[langchain]``)
+* ``memstore.integrations.camel.MemstoreAgentMemory`` (``memstore[camel]``)
+* ``memstore.integrations.openai_agents.MemstoreSession`` (``memstore[openai-agents]``)
+
+Every adapter takes the conversation id first and the store second (a
+:class:`~memstore.MemoryStore` or an :class:`~memstore.AsyncMemoryStore`), plus an
+optional ``view=`` deciding what the framework is given.
 """

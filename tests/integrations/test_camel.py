@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib
 import json
-import os
 import re
 import uuid
 from datetime import datetime, timezone
@@ -27,19 +25,9 @@ from memstore import (
     UnboundedView,
 )
 from tests.helpers import call
+from tests.integrations import require
 
-
-def _require(module: str) -> Any:
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        if os.environ.get("CI", "").lower() == "true":
-            raise
-        pytest.skip(f"{module} is not installed (pip install 'memstore[camel]'): {exc}",
-                    allow_module_level=True)
-
-
-_require("camel")
+require("camel")
 from camel.agents import ChatAgent  # noqa: E402
 from camel.memories import ContextRecord, MemoryRecord  # noqa: E402
 from camel.messages import BaseMessage, FunctionCallingMessage  # noqa: E402

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -24,19 +22,9 @@ from memstore import (
     UnboundedView,
 )
 from tests.helpers import call
+from tests.integrations import require
 
-
-def _require(module: str) -> Any:
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        if os.environ.get("CI", "").lower() == "true":
-            raise
-        pytest.skip(f"{module} is not installed (pip install 'memstore[openai-agents]'): {exc}",
-                    allow_module_level=True)
-
-
-agents = _require("agents")
+agents = require("agents")
 from agents import Agent, Runner, Usage, function_tool  # noqa: E402
 from agents.items import ModelResponse  # noqa: E402
 from agents.models.interface import Model  # noqa: E402
