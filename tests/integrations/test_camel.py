@@ -25,7 +25,7 @@ from memstore import (
     UnboundedView,
 )
 from tests.helpers import call
-from tests.integrations import require
+from tests.integrations import assert_openai_history_valid, require
 
 require("camel")
 from camel.agents import ChatAgent  # noqa: E402
@@ -102,20 +102,6 @@ def reopen(store: Any, db_url: str) -> Any:
     return MemoryStore(db_url, counter=COUNTER)
 
 
-def assert_valid_chat(messages: list[dict[str, Any]]) -> None:
-    """No orphan tool result, no unanswered call (the OpenAI/Anthropic 400s)."""
-    open_calls: set[str] = set()
-    for message in messages:
-        if message["role"] == "tool":
-            assert message["tool_call_id"] in open_calls, f"orphan {message['tool_call_id']}"
-            open_calls.discard(message["tool_call_id"])
-            continue
-        assert not open_calls, f"unanswered calls {open_calls}"
-        for call_item in message.get("tool_calls") or ():
-            open_calls.add(call_item["id"])
-    assert not open_calls, f"unanswered calls {open_calls}"
-
-
 def agent_for(memory: MemstoreAgentMemory, model: ScriptedModel) -> ChatAgent:
     return ChatAgent("You add numbers.", model=model, memory=memory, tools=[add],
                      summarize_threshold=None)
@@ -145,7 +131,7 @@ async def test_chat_agent_resumes_after_a_restart(store: Any, db_url: str) -> No
         seen = model2.seen[0]
         # the agent's construction did not wipe the history nor repeat its system message
         assert seen == [*before, {"role": "user", "content": "what did I ask?"}]
-        assert_valid_chat(seen)
+        assert_openai_history_valid(seen)
         assert [r.memory_record.role_at_backend for r in agent2.memory.retrieve()].count(
             OpenAIBackendRole.SYSTEM) == 1
     finally:
@@ -164,14 +150,14 @@ async def test_chat_agent_accepts_the_budgeted_window(store: Any) -> None:
         await agent.astep(f"turn {n}: add my numbers please")
     # every request the model received was valid chat within the budget
     for messages in model.seen:
-        assert_valid_chat(messages)
+        assert_openai_history_valid(messages)
         assert messages[0] == {"role": "system", "content": "You add numbers."}
         assert COUNTER.count_messages([Message.from_openai(m) for m in messages]) <= 70
     last = model.seen[-1]
     assert last[-1]["role"] == "tool"  # the newest unit is kept whole
     assert len(last) < len(await call(store.messages("chat-2")))  # and the window was cut
     messages, tokens = memory.get_context()
-    assert_valid_chat(messages)
+    assert_openai_history_valid(messages)
     assert tokens <= 70
 
 
