@@ -45,7 +45,7 @@ from memstore.aio import AsyncMemoryStore
 from memstore.errors import ConfigurationError, ConversationNotFoundError, InvalidInputError
 from memstore.models import Message, StoredMessage, TextPart, ToolCall
 from memstore.store import MemoryStore
-from memstore.views import ContextView
+from memstore.views import ContextView, UnboundedView
 
 __all__ = ["MemstoreSession", "items_to_messages", "messages_to_items"]
 
@@ -283,7 +283,7 @@ class MemstoreSession:
         if view is not None and not isinstance(view, ContextView):
             raise ConfigurationError(f"view must be a memstore view, not {type(view).__name__}")
         # store.context validates the id (and the view) without touching the database
-        self.session_id: str = store.context(session_id, view or _any_view()).conversation_id
+        self.session_id: str = store.context(session_id, view or UnboundedView()).conversation_id
         self.store = store
         self.view = view
         self.session_settings = session_settings
@@ -393,12 +393,6 @@ class MemstoreSession:
     async def clear_session(self) -> None:
         """Delete every item of the session."""
         await self._or_empty("clear", 0)
-
-
-def _any_view() -> ContextView:
-    from memstore.views import UnboundedView
-
-    return UnboundedView()
 
 
 def _newest_units(messages: Sequence[StoredMessage | Message], limit: int
