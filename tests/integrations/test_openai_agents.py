@@ -25,6 +25,7 @@ from tests.helpers import call
 from tests.integrations import require
 
 agents = require("agents")
+agents.set_tracing_disabled(True)  # no trace export: the tests never touch the network
 from agents import Agent, Runner, Usage, function_tool  # noqa: E402
 from agents.items import ModelResponse  # noqa: E402
 from agents.models.interface import Model  # noqa: E402
