@@ -380,3 +380,21 @@ async def test_image_records_round_trip_through_the_store(store: Any) -> None:
     stored = (await call(store.messages("images")))[0]
     assert [p.type for p in stored.content] == ["text", "image_url", "image_url"]
     assert memory.get_context()[0] == [record.to_openai_message()]
+
+
+async def test_assigning_the_memory_keeps_the_history(store: Any) -> None:
+    first = agent_for(MemstoreAgentMemory("assigned", store),
+                      ScriptedModel([{"content": "hello"}]))
+    await first.astep("hi")
+    before = [r.memory_record.uuid for r in first.memory.retrieve()]
+    model = ScriptedModel([{"content": "still here"}])
+    agent = ChatAgent("You add numbers.", model=model, summarize_threshold=None)
+    agent.memory = MemstoreAgentMemory("assigned", store)
+    await agent.astep("again")
+    after = [r.memory_record for r in agent.memory.retrieve()]
+    uuids = [r.uuid for r in after]
+    assert uuids[0] == before[0] and uuids[2:4] == before[1:]
+    assert after[1].role_at_backend == OpenAIBackendRole.SYSTEM  # CAMEL adds its own again
+    assert len(after) == 6
+    assert model.seen[0][-1] == {"role": "user", "content": "again"}
+    assert_openai_history_valid(model.seen[0])
