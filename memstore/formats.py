@@ -22,13 +22,19 @@ other two request shapes agents use, and reads Anthropic messages back:
   input items: ``message`` items for text and images, one ``function_call`` item
   per tool call and one ``function_call_output`` item per tool result.
 
-Prompt caching: a message whose ``metadata["cache_control"]`` holds an Anthropic
-cache-control object (``{"type": "ephemeral"}``, optionally with ``"ttl"``) gets
-it on its last content block in :func:`to_anthropic`. That key
-(:data:`CACHE_CONTROL_KEY`) is the one convention for cache breakpoints in memstore;
-:func:`from_anthropic` sets it from the blocks it reads. OpenAI caches prompt
-prefixes by itself and its Chat Completions and Responses inputs have no such
-field, so ``to_openai()`` and ``to_responses()`` leave the key out.
+Rendering hints live in a message's metadata under ``metadata["memstore"]``
+(:data:`HINTS_KEY`), the one place memstore itself reads metadata from; set them
+with :func:`with_hints`:
+
+* ``cache_control``: an Anthropic cache-control object (``{"type": "ephemeral"}``,
+  optionally with ``"ttl"``) marking a prompt-cache breakpoint. :func:`to_anthropic`
+  puts it on the message's last content block; the ``ContextBuilder`` stamps it on
+  a block's last message. OpenAI caches prompt prefixes by itself, so
+  ``ContextWindow.to_openai()`` and :func:`to_responses` leave it out.
+* ``is_error``: ``True`` on a tool result that reports a failure;
+  :func:`to_anthropic` sets the ``tool_result`` block's ``is_error``.
+
+:func:`from_anthropic` sets both from the blocks it reads.
 """
 
 from __future__ import annotations
@@ -43,16 +49,18 @@ from memstore.models import ImagePart, ImageURL, Message, TextPart, ToolCall
 
 __all__ = [
     "ANTHROPIC_IMAGE_TYPES",
-    "CACHE_CONTROL_KEY",
+    "HINTS_KEY",
     "cache_control_of",
     "from_anthropic",
+    "is_error_of",
     "to_anthropic",
     "to_responses",
     "with_cache_control",
+    "with_hints",
 ]
 
-#: The metadata key holding a message's prompt-cache breakpoint.
-CACHE_CONTROL_KEY = "cache_control"
+#: The metadata key holding memstore's rendering hints (``cache_control``, ``is_error``).
+HINTS_KEY = "memstore"
 
 #: Image media types the Anthropic Messages API accepts in a base64 source.
 ANTHROPIC_IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
@@ -60,21 +68,56 @@ ANTHROPIC_IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "imag
 _DATA_URI = re.compile(r"^data:(?P<type>[\w.+-]+/[\w.+-]+)(?:;[^,;]*)*;base64,(?P<data>.*)$", re.S)
 
 
+def _hints(metadata: Mapping[str, Any]) -> Mapping[str, Any]:
+    value = metadata.get(HINTS_KEY)
+    return value if isinstance(value, Mapping) else {}
+
+
+def with_hints(metadata: Mapping[str, Any] | None = None, *,
+               cache_control: Mapping[str, Any] | None = None,
+               is_error: bool | None = None) -> dict[str, Any]:
+    """A copy of ``metadata`` with rendering hints set under ``metadata["memstore"]``.
+
+    Args:
+        metadata: the message metadata to extend (not modified).
+        cache_control: a prompt-cache breakpoint, e.g. ``{"type": "ephemeral"}``.
+        is_error: whether a tool result reports a failure.
+
+    Returns:
+        The new metadata dict; hints given as ``None`` are left as they were.
+    """
+    out = dict(metadata or {})
+    hints = dict(_hints(out))
+    if cache_control is not None:
+        hints["cache_control"] = dict(cache_control)
+    if is_error is not None:
+        hints["is_error"] = is_error
+    if hints:
+        out[HINTS_KEY] = hints
+    return out
+
+
 def cache_control_of(message: Message) -> dict[str, Any] | None:
     """The cache-control object stamped on ``message``, or ``None``.
 
     Raises:
-        InvalidInputError: ``metadata["cache_control"]`` is not a JSON object.
+        InvalidInputError: ``metadata["memstore"]["cache_control"]`` is not an object.
     """
-    value = message.metadata.get(CACHE_CONTROL_KEY)
+    value = _hints(message.metadata).get("cache_control")
     if value is None:
         return None
-    if not isinstance(value, dict):
+    if not isinstance(value, Mapping):
         raise InvalidInputError(
-            f"metadata[{CACHE_CONTROL_KEY!r}] must be an object such as "
+            f'metadata["{HINTS_KEY}"]["cache_control"] must be an object such as '
             f'{{"type": "ephemeral"}}, not {type(value).__name__}'
         )
     return dict(value)
+
+
+def is_error_of(message: Message) -> bool | None:
+    """The ``is_error`` hint of a tool result (``None`` when unset)."""
+    value = _hints(message.metadata).get("is_error")
+    return value if isinstance(value, bool) else None
 
 
 def with_cache_control(message: Message, cache_control: Mapping[str, Any] | None = None) -> Message:
@@ -86,8 +129,7 @@ def with_cache_control(message: Message, cache_control: Mapping[str, Any] | None
     """
     value = dict(cache_control) if cache_control is not None else {"type": "ephemeral"}
     return message.model_copy(
-        update={"metadata": {**message.metadata, CACHE_CONTROL_KEY: value}}
-    )
+        update={"metadata": with_hints(message.metadata, cache_control=value)})
 
 
 # ---- Anthropic ----------------------------------------------------------------------------
@@ -157,7 +199,7 @@ def _message_blocks(message: Message) -> list[dict[str, Any]]:
                 block["content"] = message.content
         elif inner:
             block["content"] = inner
-        if message.metadata.get("is_error") is True:
+        if is_error_of(message) is True:
             block["is_error"] = True
         return [block]
     blocks = _anthropic_content(message)
@@ -245,9 +287,7 @@ def _image_from_anthropic(block: Mapping[str, Any], where: str) -> ImagePart:
 
 
 def _meta(base: dict[str, Any], cache: Any) -> dict[str, Any]:
-    if cache is None:
-        return base
-    return {**base, CACHE_CONTROL_KEY: dict(cache)}
+    return with_hints(base, cache_control=cache) if isinstance(cache, Mapping) else base
 
 
 def from_anthropic(data: Mapping[str, Any], **extra: Any) -> list[Message]:
@@ -257,8 +297,8 @@ def from_anthropic(data: Mapping[str, Any], **extra: Any) -> list[Message]:
     message per run of text and image blocks, in block order. An assistant turn
     becomes one assistant message: text blocks as its content, ``tool_use`` blocks
     as its tool calls (``input`` serialised as the JSON ``arguments``). A block's
-    ``cache_control`` is kept in the metadata of the message made from it
-    (:data:`CACHE_CONTROL_KEY`); ``is_error`` of a tool result in its metadata.
+    ``cache_control`` and a tool result's ``is_error`` become hints in the
+    metadata of the message made from the block (:func:`with_hints`).
 
     Args:
         data: the message param.
@@ -331,7 +371,7 @@ def from_anthropic(data: Mapping[str, Any], **extra: Any) -> list[Message]:
             body_result = inner if isinstance(inner, str) else _text_of_blocks(inner, where)
             meta = _meta(metadata, block.get("cache_control"))
             if block.get("is_error"):
-                meta = {**meta, "is_error": True}
+                meta = with_hints(meta, is_error=True)
             out.append(Message(role="tool", content=body_result,
                                tool_call_id=block["tool_use_id"], metadata=meta, **extra))
         else:

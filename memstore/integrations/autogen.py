@@ -21,7 +21,8 @@ Mapping (lossless both ways; :func:`to_memstore` / :func:`from_memstore`):
   see next to the calls); the ``thought`` of a text answer is kept in metadata.
 * ``FunctionExecutionResultMessage`` ↔ one ``tool`` message per result (written in
   one transaction), regrouped into one message on the way back; ``name`` ↔ name,
-  ``is_error`` ↔ ``metadata["is_error"]`` (which ``to_anthropic()`` renders). An
+  ``is_error`` ↔ the ``is_error`` hint (``metadata["memstore"]``, which
+  ``to_anthropic()`` renders). An
   empty ``FunctionExecutionResultMessage(content=[])`` carries nothing to send and
   stores nothing.
 
@@ -47,6 +48,7 @@ from memstore.errors import (
     InvalidInputError,
     MissingDependencyError,
 )
+from memstore.formats import is_error_of, with_hints
 from memstore.integrations._common import (
     AnyStore,
     check_store,
@@ -156,7 +158,7 @@ def to_memstore(message: LLMMessage) -> list[Message]:
         for index, result in enumerate(message.content):
             own: dict[str, Any] = {"result": [index, size]}
             name = _name_fields(result.name, "name", own)
-            base = {} if result.is_error is None else {"is_error": result.is_error}
+            base = with_hints(is_error=result.is_error)
             out.append(Message(role="tool", content=result.content, tool_call_id=result.call_id,
                                name=name, metadata=_meta(own, base)))
         return out
@@ -197,12 +199,11 @@ def _user_content(message: Message) -> str | list[str | Image]:
 
 
 def _result(message: Message, extra: Mapping[str, Any]) -> FunctionExecutionResult:
-    is_error = message.metadata.get("is_error")
     return FunctionExecutionResult(
         content=message.text,
         name=str(extra["name"]) if "name" in extra else (message.name or ""),
         call_id=message.tool_call_id or "",
-        is_error=is_error if isinstance(is_error, bool) else None,
+        is_error=is_error_of(message),
     )
 
 

@@ -15,9 +15,9 @@ Mapping (lossless both ways; :func:`to_memstore` / :func:`from_memstore`):
   memstore tool calls, ``args`` as their JSON ``arguments``); ``SystemMessage`` ↔
   ``system`` (``developer`` when ``additional_kwargs["__openai_role__"]`` says so,
   the convention of langchain-openai); ``ToolMessage`` ↔ ``tool``
-  (``tool_call_id``; ``status="error"`` also sets ``metadata["is_error"]``, which
-  ``to_anthropic()`` renders). Chunk classes and ``ChatMessage`` with a memstore
-  role are kept as their own type.
+  (``tool_call_id``; ``status="error"`` also sets the ``is_error`` hint in
+  ``metadata["memstore"]``, which ``to_anthropic()`` renders). Chunk classes and
+  ``ChatMessage`` with a memstore role are kept as their own type.
 * ``name`` ↔ ``name``; content strings as is; content lists of text and
   ``image_url`` blocks as memstore text and image parts.
 * Everything memstore has no field for (the message ``id``, ``additional_kwargs``,
@@ -51,6 +51,7 @@ from memstore.errors import (
     InvalidInputError,
     MissingDependencyError,
 )
+from memstore.formats import with_hints
 from memstore.integrations._common import (
     AnyStore,
     check_store,
@@ -233,7 +234,7 @@ def to_memstore(message: BaseMessage) -> Message:
     if lc:
         metadata[_KEY] = lc
     if role == "tool" and data.get("status") == "error":
-        metadata["is_error"] = True
+        metadata = with_hints(metadata, is_error=True)
     return Message(role=role, content=content, name=name, tool_calls=calls,
                    tool_call_id=data.get("tool_call_id") if role == "tool" else None,
                    metadata=metadata)

@@ -154,6 +154,11 @@ async def test_turn_in_progress_is_given_back(store: Any) -> None:
         FunctionExecutionResult(content="boom", name="w", call_id="b", is_error=True)])
     await context.add_message(results)
     assert dumps(await context.get_messages())[-1] == results.model_dump()
+    # is_error is a rendering hint: the Anthropic rendering of the window carries it
+    body = (await call(store.window("p", UnboundedView()))).to_anthropic()
+    assert body["messages"][-1]["content"] == [
+        {"type": "tool_result", "tool_use_id": "a", "content": "rain"},
+        {"type": "tool_result", "tool_use_id": "b", "content": "boom", "is_error": True}]
     await context.add_message(UserMessage(content="Thanks", source="user"))
     # an unanswered call that is no longer the newest unit is never given back
     await context.add_message(AssistantMessage(

@@ -22,12 +22,12 @@ from memstore import (
     UnboundedView,
 )
 from memstore.formats import (
-    CACHE_CONTROL_KEY,
     cache_control_of,
     from_anthropic,
     to_anthropic,
     to_responses,
     with_cache_control,
+    with_hints,
 )
 from tests.helpers import call
 from tests.integrations import require
@@ -63,7 +63,7 @@ def conversation() -> list[Message]:
     return [
         Message.system("You are terse."),
         Message.developer("Answer in English.",
-                          metadata={CACHE_CONTROL_KEY: {"type": "ephemeral"}}),
+                          metadata=with_hints(cache_control={"type": "ephemeral"})),
         Message.user([TextPart(text="What is in these?"),
                       ImagePart(image_url=ImageURL(url=PNG)),
                       ImagePart(image_url=ImageURL(url="https://example.com/a.jpg",
@@ -73,13 +73,13 @@ def conversation() -> list[Message]:
             ToolCall(id="call_2", name="lookup", arguments='{"q": "photo"}'),
         ]),
         Message.tool("a single pixel", tool_call_id="call_2"),
-        Message.tool("not found", tool_call_id="call_1", metadata={"is_error": True}),
+        Message.tool("not found", tool_call_id="call_1", metadata=with_hints(is_error=True)),
         Message.system("Be brief from now on."),
         Message.user("Thanks. And now?", name="alice"),
         Message.assistant(tool_calls=[ToolCall(id="call_3", name="clock")]),
         Message.tool([TextPart(text="12:00")], tool_call_id="call_3"),
-        Message.assistant("It is noon.", metadata={CACHE_CONTROL_KEY: {"type": "ephemeral",
-                                                                        "ttl": "1h"}}),
+        Message.assistant("It is noon.", metadata=with_hints(
+            cache_control={"type": "ephemeral", "ttl": "1h"})),
         Message.user("Bye"),
     ]
 
@@ -155,7 +155,7 @@ def test_anthropic_rejects_what_it_cannot_send() -> None:
     with pytest.raises(InvalidInputError, match="image/tiff"):
         to_anthropic([tiff])
     with pytest.raises(InvalidInputError, match="must be an object"):
-        to_anthropic([Message.user("x", metadata={CACHE_CONTROL_KEY: "ephemeral"})])
+        to_anthropic([Message.user("x", metadata={"memstore": {"cache_control": "ephemeral"}})])
 
 
 def test_empty_text_and_empty_messages_are_left_out() -> None:
@@ -169,7 +169,7 @@ def test_empty_text_and_empty_messages_are_left_out() -> None:
 
 def test_cache_control_helpers() -> None:
     m = with_cache_control(Message.user("x", metadata={"k": 1}))
-    assert m.metadata == {"k": 1, CACHE_CONTROL_KEY: {"type": "ephemeral"}}
+    assert m.metadata == {"k": 1, "memstore": {"cache_control": {"type": "ephemeral"}}}
     assert cache_control_of(m) == {"type": "ephemeral"}
     assert cache_control_of(Message.user("x")) is None
     assert to_anthropic([m])["messages"][0]["content"][0]["cache_control"] == {"type": "ephemeral"}
@@ -189,8 +189,8 @@ def test_from_anthropic_splits_tool_results() -> None:
     assert [(m.role, m.tool_call_id) for m in messages] == [
         ("tool", "a"), ("tool", "b"), ("user", None)]
     assert messages[1].content == [TextPart(text="two")]
-    assert messages[1].metadata == {"is_error": True}
-    assert messages[2].metadata == {CACHE_CONTROL_KEY: {"type": "ephemeral"}}
+    assert messages[1].metadata == {"memstore": {"is_error": True}}
+    assert messages[2].metadata == {"memstore": {"cache_control": {"type": "ephemeral"}}}
     assert all(m.score == 2.0 for m in messages)
     assert to_anthropic(messages)["messages"] == [turn]
 

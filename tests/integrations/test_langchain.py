@@ -164,9 +164,13 @@ async def test_turn_in_progress(store: Any) -> None:
     half = ToolMessage("rain", tool_call_id="t1-0")
     await history.aadd_messages([half])
     assert await history.aget_messages() == [HumanMessage("Weather?"), pending, half]
-    rest = ToolMessage("snow", tool_call_id="t1-1")
+    rest = ToolMessage("no data", tool_call_id="t1-1", status="error")
     await history.aadd_messages([rest, AIMessage("Rain and snow.")])
     assert (await history.aget_messages())[-3:] == [half, rest, AIMessage("Rain and snow.")]
+    body = (await call(store.window("p", UnboundedView()))).to_anthropic()
+    assert body["messages"][2]["content"] == [
+        {"type": "tool_result", "tool_use_id": "t1-0", "content": "rain"},
+        {"type": "tool_result", "tool_use_id": "t1-1", "content": "no data", "is_error": True}]
     # a call the conversation moved on from is never given back
     await history.aadd_messages([calls("Nowhere", turn=2), HumanMessage("Forget it.")])
     final = await history.aget_messages()
