@@ -8,7 +8,10 @@ calls are not all answered yet, the framework is about to add the results; every
 view rightly leaves such an incomplete unit out of a window sent on its own, so the
 adapters give the framework ``window + pending turn``: the window, then that call
 and the results it already has. A call that is not the newest stored unit (the
-conversation moved on without answering it) is never given back.
+conversation moved on without answering it) is never given back. The turn in
+progress comes on top of a budgeted view's window. The window and the newest
+messages are two reads; a write landing between them can only add messages the
+next read sees.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar, cast
+
+from pydantic import ValidationError
 
 from memstore.aio import AsyncMemoryStore
 from memstore.errors import ConfigurationError, ConversationNotFoundError
@@ -32,6 +37,7 @@ __all__ = [
     "read_history_sync",
     "run",
     "store_url",
+    "valid_name",
 ]
 
 AnyStore = MemoryStore | AsyncMemoryStore
@@ -60,6 +66,15 @@ def check_view(view: Any, owner: str) -> ContextView:
             f"{owner}: view must be a memstore view, not {type(view).__name__}"
         )
     return view
+
+
+def valid_name(value: str) -> bool:
+    """Whether ``value`` can be a memstore message ``name`` (asks the model itself)."""
+    try:
+        Message(role="user", content="", name=value)
+    except ValidationError:
+        return False
+    return True
 
 
 def store_url(store: AnyStore) -> str:

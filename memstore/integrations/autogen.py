@@ -56,9 +56,9 @@ from memstore.integrations._common import (
     read_history,
     run,
     store_url,
+    valid_name,
 )
 from memstore.models import (
-    MAX_ID_LENGTH,
     Conversation,
     ConversationState,
     ImagePart,
@@ -103,7 +103,7 @@ _IMAGE_URI = ("data:image/png;base64,", "data:image/jpeg;base64,")
 
 def _name_fields(value: str, field: str, extra: dict[str, Any]) -> str | None:
     """``value`` as a memstore name, or ``None`` with ``value`` kept in ``extra``."""
-    if value and len(value) <= MAX_ID_LENGTH and "\x00" not in value:
+    if valid_name(value):
         return value
     extra[field] = value
     return None
@@ -348,7 +348,12 @@ class MemstoreChatCompletionContext(ChatCompletionContext,
             await run(self._store, lambda s: s.extend(cid, messages))
 
     async def get_messages(self) -> list[LLMMessage]:
-        """The view's window plus the turn in progress, as autogen messages."""
+        """The view's window plus the turn in progress, as autogen messages.
+
+        Raises:
+            ContextBudgetError: a budgeted view cannot fit the anchored messages and
+                the newest unit.
+        """
         history = await read_history(self._store, self._conversation_id, self._view)
         return from_memstore(history)
 

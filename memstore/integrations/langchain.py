@@ -58,8 +58,9 @@ from memstore.integrations._common import (
     check_view,
     read_history,
     read_history_sync,
+    valid_name,
 )
-from memstore.models import MAX_ID_LENGTH, ImagePart, ImageURL, Message, TextPart, ToolCall
+from memstore.models import ImagePart, ImageURL, Message, TextPart, ToolCall
 from memstore.store import MemoryStore
 from memstore.views import ContextView
 
@@ -156,14 +157,12 @@ def _tool_calls(calls: Sequence[dict[str, Any]]) -> list[ToolCall] | None:
     out: list[ToolCall] = []
     for c in calls:
         call_id, name, args = c.get("id"), c.get("name"), c.get("args")
-        if not (isinstance(call_id, str) and 0 < len(call_id) <= MAX_ID_LENGTH
-                and isinstance(name, str) and name and isinstance(args, dict)):
+        if not (isinstance(call_id, str) and isinstance(name, str) and isinstance(args, dict)):
             return None
         try:
-            arguments = json.dumps(args)
-        except (TypeError, ValueError):
+            out.append(ToolCall(id=call_id, name=name, arguments=json.dumps(args)))
+        except (TypeError, ValueError):  # not JSON, or not a valid memstore call
             return None
-        out.append(ToolCall(id=call_id, name=name, arguments=arguments))
     if [_lc_call(c) for c in out] != list(calls):
         return None
     return out
@@ -218,7 +217,7 @@ def to_memstore(message: BaseMessage) -> Message:
     if _canonical(content) != data["content"]:
         lc["content"] = data["content"]
     name = data.get("name")
-    if name is not None and not (0 < len(name) <= MAX_ID_LENGTH and "\x00" not in name):
+    if name is not None and not valid_name(name):
         lc["name"] = name
         name = None
     if data.get("id") is not None:
@@ -343,7 +342,13 @@ class MemstoreChatMessageHistory(BaseChatMessageHistory):
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
-        """The view's window plus the turn in progress, as LangChain messages."""
+        """The view's window plus the turn in progress, as LangChain messages.
+
+        Raises:
+            ContextBudgetError: a budgeted view cannot fit the anchored messages and
+                the newest unit.
+            ConfigurationError: the store is an AsyncMemoryStore (use aget_messages).
+        """
         store = self._sync_store("messages")
         return from_memstore(read_history_sync(store, self.session_id, self._view))
 
