@@ -10,8 +10,8 @@ adapters give the framework ``window + pending turn``: the window, then that cal
 and the results it already has. A call that is not the newest stored unit (the
 conversation moved on without answering it) is never given back. The turn in
 progress comes on top of a budgeted view's window. The window and the newest
-messages are two reads; a write landing between them can only add messages the
-next read sees.
+messages are two reads; a write landing between them leaves the result valid
+(whole units, then at most the newest pending call), if one message behind.
 """
 
 from __future__ import annotations
