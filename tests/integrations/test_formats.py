@@ -261,3 +261,27 @@ def test_anthropic_round_trip_is_identity(turns: list[dict[str, Any]]) -> None:
     assert_valid(MESSAGES, turns)
     assert_valid(RESPONSES, to_responses(messages))
 
+
+
+def test_builder_cache_control_reaches_anthropic() -> None:
+    from memstore.builder import Block, ContextBuilder, Tier
+    from memstore.strategies import Drop, Strict
+    from memstore.tokens import FixedCounter
+
+    compiled = (
+        ContextBuilder(500, counter=FixedCounter())
+        .add_block(Block("system", tier=Tier.SYSTEM, strategy=Strict(),
+                         messages=[Message.system("Rules.")], cache_control={"type": "ephemeral"}))
+        .add_block(Block("docs", tier=Tier.RAG, strategy=Drop(),
+                         messages=[Message.user("Doc one."), Message.user("Doc two.")],
+                         cache_control={"type": "ephemeral", "ttl": "1h"}))
+        .compile()
+    )
+    body = compiled.to_anthropic()
+    assert body["system"] == [{"type": "text", "text": "Rules.",
+                               "cache_control": {"type": "ephemeral"}}]
+    assert body["messages"] == [{"role": "user", "content": [
+        {"type": "text", "text": "Doc one."},
+        {"type": "text", "text": "Doc two.", "cache_control": {"type": "ephemeral", "ttl": "1h"}},
+    ]}]
+    assert_valid(CREATE, {"model": "m", "max_tokens": 1, **body})
