@@ -283,3 +283,36 @@ def test_messages_from_elsewhere_read_back() -> None:
     assert isinstance(got[1], AIMessage) and got[1].tool_calls == []
     assert got[1].invalid_tool_calls[0]["args"] == "oops"
     assert got[2] == ToolMessage("r", tool_call_id="q", name="f")
+
+
+async def test_reads_grow_with_the_window_not_the_history(store: Any, monkeypatch: Any) -> None:
+    """A long session read through a budgeted view: the adapter never reads it all."""
+    turns = [m for i in range(1000) for m in (Message.user(f"question {i}"),
+                                              Message.assistant(f"answer {i}"))]
+    await call(store.extend("long", turns))
+    reads: list[tuple[str, int]] = []
+    window, messages = store.window, store.messages
+
+    def spy_window(cid: str, view: Any) -> Any:
+        result = window(cid, view)
+
+        async def later() -> Any:
+            got = await result
+            reads.append(("window", got.report.rows_read))
+            return got
+
+        if hasattr(result, "__await__"):
+            return later()
+        reads.append(("window", result.report.rows_read))
+        return result
+
+    def spy_messages(cid: str, **kwargs: Any) -> Any:
+        reads.append(("messages", kwargs.get("limit") or 10**9))
+        return messages(cid, **kwargs)
+
+    monkeypatch.setattr(store, "window", spy_window)
+    monkeypatch.setattr(store, "messages", spy_messages)
+    history = MemstoreChatMessageHistory("long", store, view=TokenLimitedView(token_limit=60))
+    got = await history.aget_messages()
+    assert 0 < len(got) < 20 and got[-1].content == "answer 999"
+    assert reads and all(rows <= 64 for _, rows in reads), reads
