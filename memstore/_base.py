@@ -382,3 +382,44 @@ def empty_window(conversation_id: str, view: ContextView, default: TokenCounter)
     result = view.apply([], view.resolve_counter(default))
     return result.model_copy(update={"conversation_id": conversation_id})
 
+
+
+# ---- streaming (iter_messages, dump_state, restore_state) -------------------------------
+
+#: Default keyset page size of ``iter_messages``/``dump_state``.
+DEFAULT_PAGE_SIZE = 1000
+
+
+def check_page_args(
+    conversation_id: Any, start: Any, stop: Any, page_size: Any
+) -> tuple[str, int | None, int | None, int]:
+    """Validate ``iter_messages`` arguments."""
+    cid = check_conversation_id(conversation_id)
+    for name, value in (("start", start), ("stop", stop)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            raise InvalidInputError(f"{name} must be an int or None, got {value!r}")
+    if (not isinstance(page_size, int) or isinstance(page_size, bool)
+            or not 1 <= page_size <= 100_000):
+        raise InvalidInputError(f"page_size must be an int in [1, 100000], got {page_size!r}")
+    return cid, start, stop, page_size
+
+
+def snapshot_pages(engine_url: Any) -> bool:
+    """Whether a stream reads all its pages from one snapshot (held read transaction).
+
+    Not on an in-memory SQLite database: its one shared connection could not write
+    while a read transaction is open on it, so there each page is its own read.
+    """
+    return not (engine_url.get_backend_name() == "sqlite"
+                and engine_url.database in (None, "", ":memory:"))
+
+
+def restore_plan(
+    planner: Planner, state: Any, conversation_id: Any, replace: Any
+) -> tuple[Plan, Any, int]:
+    """The plan of ``restore_state`` for an in-memory snapshot: (plan, recounter, count)."""
+    parsed = coerce_state(state)
+    cid = check_conversation_id(conversation_id or parsed.conversation.id)
+    recounter = _ops.Recounter(planner.counter)
+    plan = Plan(_ops.load_state, (parsed, cid, bool(replace), recounter), write=True)
+    return plan, recounter, len(parsed.messages)

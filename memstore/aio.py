@@ -21,15 +21,15 @@ inserted in chunks, so the event loop keeps running during a big ``extend``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
+from typing import Any, TextIO
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from memstore import _base
+from memstore import _base, _ops, _stateio
 from memstore._base import MessageLike, MigrateMode, Plan
 from memstore._cache import DEFAULT_CACHE_SIZE, CacheInfo
-from memstore._engine import make_async_engine, write_options
+from memstore._engine import make_async_engine, read_options, write_options
 from memstore.errors import ConversationNotFoundError, translate_db_errors
 from memstore.models import (
     ContextWindow,
@@ -39,6 +39,7 @@ from memstore.models import (
     StoredMessage,
 )
 from memstore.tokens import TokenCounter
+from memstore.transfer import LoadReport
 from memstore.views import ContextView
 
 __all__ = ["AsyncChatContext", "AsyncMemoryStore"]
@@ -251,12 +252,135 @@ class AsyncMemoryStore:
 
     async def load_state(
         self,
-        state: ConversationState | dict[str, Any] | str,
+        state: ConversationState | dict[str, Any] | str | TextIO,
         conversation_id: str | None = None,
         replace: bool = True,
     ) -> Conversation:
         """Write a snapshot into a conversation (see :meth:`MemoryStore.load_state`)."""
-        return await self._execute(self._plan.load_state(state, conversation_id, replace))  # type: ignore[no-any-return]
+        report = await self.restore_state(state, conversation_id, replace=replace)
+        return report.conversation
+
+    # ---- streaming ------------------------------------------------------------------
+
+    def iter_messages(
+        self,
+        conversation_id: str,
+        *,
+        start: int | None = None,
+        stop: int | None = None,
+        page_size: int = _base.DEFAULT_PAGE_SIZE,
+    ) -> AsyncIterator[StoredMessage]:
+        """Iterate over messages in keyset pages from one snapshot (``async for``).
+
+        See :meth:`MemoryStore.iter_messages`.
+        """
+        cid, start, stop, size = _base.check_page_args(conversation_id, start, stop, page_size)
+        return self._iter(cid, start, stop, size)
+
+    async def _iter(
+        self, cid: str, start: int | None, stop: int | None, size: int
+    ) -> AsyncIterator[StoredMessage]:
+        async for _, page in self._stream(cid, start, stop, size):
+            for message in page:
+                yield message
+
+    async def _stream(
+        self, cid: str, start: int | None, stop: int | None, size: int
+    ) -> AsyncGenerator[tuple[Conversation | None, list[StoredMessage]], None]:
+        await self.setup()
+        snapshot = _base.snapshot_pages(self._engine.url)
+        conn: AsyncConnection | None = None
+        after: int | None = None
+        limit: int | None = None
+        try:
+            while True:
+                with translate_db_errors():
+                    if conn is None:
+                        conn = await self._engine.connect()
+                        await conn.execution_options(
+                            **read_options(self._engine.dialect.name, snapshot=True))
+                        await conn.begin()
+                    head, page = await conn.run_sync(
+                        _ops.read_page, cid, start, stop, after, size)
+                    if not snapshot:
+                        await conn.close()
+                        conn = None
+                full = len(page) == size
+                if head is not None and not snapshot:
+                    limit = head.message_count
+                if limit is not None:
+                    page = page[:limit]
+                    limit -= len(page)
+                yield head, page
+                if not full or limit == 0:
+                    return
+                after = page[-1].seq
+        finally:
+            if conn is not None:
+                await conn.close()
+
+    async def dump_state(
+        self, conversation_id: str, fp: TextIO, *, view: ContextView | None = None,
+        page_size: int = _base.DEFAULT_PAGE_SIZE,
+    ) -> Conversation:
+        """Write a snapshot to a text file incrementally (see :meth:`MemoryStore.dump_state`).
+
+        ``fp`` is written synchronously, one page at a time.
+        """
+        cid, _, _, size = _base.check_page_args(conversation_id, None, None, page_size)
+        config = _base.view_config(_base.check_view(view) if view is not None else None)
+        stream = self._stream(cid, None, None, size)
+        try:
+            head, first = await stream.__anext__()
+            assert head is not None
+            head_text = ConversationState(
+                conversation=head, messages=[], view=config).model_dump_json(exclude={"messages"})
+            fp.write(head_text[:-1] + _stateio.OPEN + "\n")
+            pending: str | None = None
+            for message in first:
+                if pending is not None:
+                    fp.write(pending + ",\n")
+                pending = message.model_dump_json()
+            async for _, page in stream:
+                for message in page:
+                    if pending is not None:
+                        fp.write(pending + ",\n")
+                    pending = message.model_dump_json()
+            if pending is not None:
+                fp.write(pending + "\n")
+            fp.write(_stateio.CLOSE + "\n")
+        finally:
+            await stream.aclose()
+        return head
+
+    async def restore_state(
+        self,
+        state: ConversationState | dict[str, Any] | str | TextIO,
+        conversation_id: str | None = None,
+        *,
+        replace: bool = True,
+    ) -> LoadReport:
+        """Load a snapshot and report what was recounted (see :meth:`MemoryStore.restore_state`).
+
+        A snapshot file is read synchronously, batch by batch, inside the transaction.
+        """
+        await self.setup()
+        if _stateio.is_file(state):
+            head, messages = _stateio.read_state(state)  # type: ignore[arg-type]
+            cid = _base.check_conversation_id(conversation_id or head.conversation.id)
+            recounter = _ops.Recounter(self._plan.counter)
+            with translate_db_errors():
+                async with self._engine.connect() as conn:
+                    await conn.execution_options(**write_options())
+                    async with conn.begin():
+                        conversation, written = await conn.run_sync(
+                            _ops.load_stream, head, messages, cid, bool(replace), recounter)
+            return LoadReport(conversation=conversation, messages=written, written=written,
+                              recounted=recounter.recounted)
+        plan, recounter, count = _base.restore_plan(self._plan, state, conversation_id, replace)
+        conversation = await self._execute(plan)
+        return LoadReport(conversation=conversation, messages=count, written=count,
+                          recounted=recounter.recounted)
 
 
 class AsyncChatContext:
