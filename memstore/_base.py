@@ -9,6 +9,7 @@ selection in :mod:`memstore.views`) is written once, here and there.
 from __future__ import annotations
 
 import math
+import os
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from sqlalchemy import Connection, Engine
 from memstore import _ops, migrate
 from memstore._cache import CacheInfo, RowCache
 from memstore._engine import default_url, install_sqlite_hooks, read_options, write_options
-from memstore.errors import ConfigurationError, InvalidInputError
+from memstore.errors import ConfigurationError, DatabaseNotFoundError, InvalidInputError
 from memstore.models import (
     MAX_ID_LENGTH,
     ContextWindow,
@@ -71,6 +72,37 @@ def run_without_transaction(conn: Connection, fn: Callable[..., T], args: tuple[
     if conn.dialect.name == "postgresql":
         conn.execution_options(isolation_level="AUTOCOMMIT")
     return fn(conn, *args)
+
+
+def schema_needs_write(conn: Connection, mode: MigrateMode) -> bool:
+    """Apply the ``migrate`` policy as far as a read allows (no write lock taken).
+
+    Reads the stamped revision. A revision this memstore does not know raises
+    :class:`SchemaTooNewError` in every mode (``"off"`` included: it never writes
+    into a newer schema). At head, or with ``"off"``: nothing to do (``False``).
+    Behind: ``True`` when the mode upgrades (the caller then runs
+    :func:`ensure_schema` in a write transaction), else :class:`SchemaOutOfDateError`.
+    """
+    at = migrate._current(conn)
+    migrate.refuse_newer(at)
+    if mode == "off" or set(at) == set(migrate.heads()):
+        return False
+    if mode == "upgrade" or (mode == "auto" and conn.dialect.name == "sqlite"):
+        return True
+    migrate.check_connection(conn)
+    return False  # pragma: no cover - check_connection raised
+
+
+def check_database_exists(url: Any, mode: MigrateMode) -> None:
+    """``migrate="check"``/``"off"`` never create a SQLite file: a missing one is an error."""
+    if mode not in ("check", "off") or url.get_backend_name() != "sqlite":
+        return
+    database = url.database
+    if database in (None, "", ":memory:") or url.query.get("uri") or database.startswith(
+            "file:"):
+        return
+    if not os.path.exists(database):
+        raise DatabaseNotFoundError(database)
 
 
 def ensure_schema(conn: Connection, mode: MigrateMode) -> None:

@@ -121,11 +121,16 @@ class AsyncMemoryStore:
         async with self._ready_lock:
             if self._ready:
                 return
+            _base.check_database_exists(self._engine.url, self._mode)
             with translate_db_errors():
-                async with self._engine.connect() as conn:
-                    await conn.execution_options(**write_options())
-                    async with conn.begin():
-                        await conn.run_sync(_base.ensure_schema, self._mode)
+                # Read the schema revision without the write lock; take it only to migrate.
+                async with self._engine.connect() as conn, conn.begin():
+                    needs_write = await conn.run_sync(_base.schema_needs_write, self._mode)
+                if needs_write:
+                    async with self._engine.connect() as conn:
+                        await conn.execution_options(**write_options())
+                        async with conn.begin():
+                            await conn.run_sync(_base.ensure_schema, self._mode)
             self._ready = True
 
     async def _execute(self, plan: Plan) -> Any:

@@ -86,10 +86,15 @@ class MemoryStore:
             make=make_engine, sync_engine_of=lambda e: e,
         )
         try:
-            with translate_db_errors(), self._engine.connect() as conn:
-                conn.execution_options(**write_options())
-                with conn.begin():
-                    _base.ensure_schema(conn, mode)
+            _base.check_database_exists(self._engine.url, mode)
+            # Read the schema revision without the write lock; take it only to migrate.
+            with translate_db_errors(), self._engine.connect() as conn, conn.begin():
+                needs_write = _base.schema_needs_write(conn, mode)
+            if needs_write:
+                with translate_db_errors(), self._engine.connect() as conn:
+                    conn.execution_options(**write_options())
+                    with conn.begin():
+                        _base.ensure_schema(conn, mode)
         except BaseException:
             self.close()
             raise
