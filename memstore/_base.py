@@ -19,7 +19,13 @@ from sqlalchemy import Connection, Engine
 
 from memstore import _ops, migrate
 from memstore._cache import CacheInfo, RowCache
-from memstore._engine import default_url, install_sqlite_hooks, read_options, write_options
+from memstore._engine import (
+    check_durability,
+    default_url,
+    install_sqlite_hooks,
+    read_options,
+    write_options,
+)
 from memstore.errors import ConfigurationError, DatabaseNotFoundError, InvalidInputError
 from memstore.models import (
     MAX_ID_LENGTH,
@@ -36,6 +42,7 @@ T = TypeVar("T")
 E = TypeVar("E")
 
 MigrateMode = Literal["auto", "check", "upgrade", "off"]
+Durability = Literal["full", "normal"]
 MIGRATE_MODES = ("auto", "check", "upgrade", "off")
 
 MessageLike = Message | Mapping[str, Any]
@@ -127,6 +134,7 @@ def open_engine(
     cache_size: int,
     make: Callable[..., E],
     sync_engine_of: Callable[[E], Engine],
+    durability: str = "full",
 ) -> tuple[MigrateMode, Planner, bool, E]:
     """What both stores do on construction: check arguments, pick the counter, get an engine.
 
@@ -140,10 +148,13 @@ def open_engine(
         raise ConfigurationError(f"cache_size must be an int >= 0, got {cache_size!r}")
     planner = Planner(counter if counter is not None else default_counter(),
                       RowCache(cache_size) if cache_size else None)
+    durability = check_durability(durability)
     if engine is None:
-        made = make(url or default_url(), busy_timeout=busy_timeout, **engine_options)
+        made = make(url or default_url(), busy_timeout=busy_timeout, durability=durability,
+                    **engine_options)
         return mode, planner, True, made
-    install_sqlite_hooks(sync_engine_of(engine), busy_timeout=busy_timeout)
+    install_sqlite_hooks(sync_engine_of(engine), busy_timeout=busy_timeout,
+                         durability=durability)
     return mode, planner, False, engine
 
 

@@ -439,6 +439,9 @@ def _driver_error(conn: Connection, exc: Exception, statement: str, params: Any)
     dbapi_connection = conn.connection.dbapi_connection
     gone = conn.dialect.is_disconnect(exc, dbapi_connection, None)  # type: ignore[arg-type]
     if gone:
+        # As SQLAlchemy does for its own statements: a lost connection usually means the
+        # server restarted, so every pooled connection made before now is stale too.
+        conn.engine.pool._invalidate(conn.connection, exc)
         conn.invalidate(exc)
     return sa_exc.DBAPIError.instance(
         statement, params, exc, conn.dialect.loaded_dbapi.Error,

@@ -27,10 +27,10 @@ from typing import Any, TextIO
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from memstore import _base, _ops, _stateio
-from memstore._base import MessageLike, MigrateMode, Plan
+from memstore._base import Durability, MessageLike, MigrateMode, Plan
 from memstore._cache import DEFAULT_CACHE_SIZE, CacheInfo
 from memstore._engine import make_async_engine, read_options, write_options
-from memstore.errors import ConversationNotFoundError, translate_db_errors
+from memstore.errors import ConnectionLostError, ConversationNotFoundError, translate_db_errors
 from memstore.models import (
     ContextWindow,
     Conversation,
@@ -65,6 +65,13 @@ class AsyncMemoryStore:
             already decode (usually just the newest messages). Cached rows are
             validated against the conversation's epoch in every read, so other
             processes' writes are always seen. ``0`` disables the cache.
+        durability: ``"full"`` (default): on SQLite every commit is fsynced
+            (``synchronous=FULL``), so a call that returned survives power loss or an
+            OS crash. ``"normal"``: faster commits (``synchronous=NORMAL`` in WAL
+            mode); the last commits before a power loss or OS crash may be lost (the
+            database is never corrupted; a crash of the process alone loses nothing).
+            PostgreSQL follows the server's settings (``synchronous_commit``,
+            ``fsync``) in both modes.
         **engine_options: passed to :func:`create_async_engine` (one pool per store,
             sized by you: ``pool_size``, ``max_overflow``…).
     """
@@ -78,11 +85,12 @@ class AsyncMemoryStore:
         migrate: MigrateMode = "auto",
         busy_timeout: float = 30.0,
         cache_size: int = DEFAULT_CACHE_SIZE,
+        durability: Durability = "full",
         **engine_options: Any,
     ) -> None:
         self._mode, self._plan, self._owns_engine, self._engine = _base.open_engine(
             url, engine, counter, migrate, busy_timeout, engine_options,
-            cache_size=cache_size,
+            cache_size=cache_size, durability=durability,
             make=make_async_engine, sync_engine_of=lambda e: e.sync_engine,
         )
         self._ready = False
@@ -141,6 +149,14 @@ class AsyncMemoryStore:
                 prepared = await asyncio.to_thread(plan.prepare)
             else:
                 prepared = plan.prepare()
+        try:
+            with translate_db_errors():
+                async with self._engine.connect() as conn:
+                    return await conn.run_sync(plan.run, prepared)
+        except ConnectionLostError:
+            if plan.write:
+                raise  # the caller decides: a retry with the same client ids is exactly-once
+        # A read on a dead pooled connection (server restart) is retried once.
         with translate_db_errors():
             async with self._engine.connect() as conn:
                 return await conn.run_sync(plan.run, prepared)

@@ -24,10 +24,10 @@ from typing import Any, TextIO
 from sqlalchemy import Connection, Engine
 
 from memstore import _base, _ops, _stateio
-from memstore._base import MessageLike, MigrateMode, Plan
+from memstore._base import Durability, MessageLike, MigrateMode, Plan
 from memstore._cache import DEFAULT_CACHE_SIZE, CacheInfo
 from memstore._engine import make_engine, read_options, write_options
-from memstore.errors import ConversationNotFoundError, translate_db_errors
+from memstore.errors import ConnectionLostError, ConversationNotFoundError, translate_db_errors
 from memstore.models import (
     ContextWindow,
     Conversation,
@@ -61,6 +61,13 @@ class MemoryStore:
             already decode (usually just the newest messages). Cached rows are
             validated against the conversation's epoch in every read, so other
             processes' writes are always seen. ``0`` disables the cache.
+        durability: ``"full"`` (default): on SQLite every commit is fsynced
+            (``synchronous=FULL``), so a call that returned survives power loss or an
+            OS crash. ``"normal"``: faster commits (``synchronous=NORMAL`` in WAL
+            mode); the last commits before a power loss or OS crash may be lost (the
+            database is never corrupted; a crash of the process alone loses nothing).
+            PostgreSQL follows the server's settings (``synchronous_commit``,
+            ``fsync``) in both modes.
         **engine_options: passed to :func:`sqlalchemy.create_engine` (``pool_size``…).
 
     Raises:
@@ -78,11 +85,12 @@ class MemoryStore:
         migrate: MigrateMode = "auto",
         busy_timeout: float = 30.0,
         cache_size: int = DEFAULT_CACHE_SIZE,
+        durability: Durability = "full",
         **engine_options: Any,
     ) -> None:
         mode, self._plan, self._owns_engine, self._engine = _base.open_engine(
             url, engine, counter, migrate, busy_timeout, engine_options,
-            cache_size=cache_size,
+            cache_size=cache_size, durability=durability,
             make=make_engine, sync_engine_of=lambda e: e,
         )
         try:
@@ -123,6 +131,14 @@ class MemoryStore:
 
     def _execute(self, plan: Plan) -> Any:
         prepared = plan.prepare() if plan.prepare is not None else None
+        try:
+            with translate_db_errors(), self._engine.connect() as conn:
+                return plan.run(conn, prepared)
+        except ConnectionLostError:
+            if plan.write:
+                raise  # the caller decides: a retry with the same client ids is exactly-once
+        # A read on a connection that died (typically: the server restarted since it was
+        # pooled; the pool has now discarded every connection that old) is retried once.
         with translate_db_errors(), self._engine.connect() as conn:
             return plan.run(conn, prepared)
 
