@@ -64,12 +64,19 @@ def read_state(fp: TextIO) -> tuple[ConversationState, Iterator[StoredMessage]]:
     :class:`InvalidInputError` naming the line) and checks that seqs increase and
     that every message belongs to the snapshot's conversation.
     """
-    first = fp.readline()
+    try:
+        first = fp.readline()
+    except UnicodeDecodeError as exc:
+        raise InvalidInputError(f"state line 1 is not UTF-8 text: {exc}") from None
     if not isinstance(first, str):
         raise InvalidInputError("load_state reads text files (open the file with mode 'r')")
     stripped = first.rstrip("\r\n")
     if not stripped.endswith(OPEN):
-        state = ConversationState.model_validate_json(first + fp.read())
+        try:
+            rest = fp.read()
+        except UnicodeDecodeError as exc:
+            raise InvalidInputError(f"the snapshot is not UTF-8 text: {exc}") from None
+        state = ConversationState.model_validate_json(first + rest)
         return state.model_copy(update={"messages": []}), iter(state.messages)
     try:
         head = ConversationState.model_validate_json(stripped + CLOSE)
@@ -82,7 +89,13 @@ def _messages(fp: TextIO, cid: str) -> Iterator[StoredMessage]:
     line_no = 1
     previous: int | None = None
     closed = False
-    for line in fp:
+    while True:
+        try:
+            line = fp.readline()
+        except UnicodeDecodeError as exc:
+            raise InvalidInputError(f"state line {line_no + 1} is not UTF-8 text: {exc}") from None
+        if not line:
+            break
         line_no += 1
         text = line.strip()
         if not text:

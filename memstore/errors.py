@@ -190,7 +190,7 @@ class TransientError(DatabaseError):
 
 
 class ConnectionLostError(TransientError):
-    """The database connection broke (server restart, terminated backend, network)."""
+    """The connection broke or could not be made (restart, server down, network)."""
 
 
 class DatabaseBusyError(TransientError):
@@ -227,7 +227,7 @@ def translate_db_errors() -> Iterator[None]:
             raise DatabaseBusyError(f"the database is busy: {exc.orig}") from exc
         if exc.connection_invalidated or any(marker in text for marker in _LOST_MARKERS):
             raise ConnectionLostError(
-                f"the database connection was lost (retry the call): {exc.orig}"
+                f"the database connection failed or was lost (retryable): {exc.orig}"
             ) from exc
         raise DatabaseError(f"database error: {exc.orig}") from exc
     except sa_exc.SQLAlchemyError as exc:

@@ -224,7 +224,10 @@ class _Lines:
 
     def _read(self) -> tuple[int, dict[str, Any]] | None:
         while True:
-            line = self._fp.readline()
+            try:
+                line = self._fp.readline()
+            except UnicodeDecodeError as exc:
+                raise ImportFormatError(self._no + 1, f"not UTF-8 text: {exc}") from None
             if not line:
                 return None
             if not isinstance(line, str):

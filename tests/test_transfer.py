@@ -365,3 +365,15 @@ async def test_load_state_recounts_untrusted_counts(store: Any) -> None:
     assert await call(store.count_tokens("copy")) == await call(store.count_tokens("c"))
     window = await call(store.window("copy", TokenLimitedView(token_limit=100)))
     assert window.token_count <= 100
+
+
+def test_files_that_are_not_text_are_format_errors(sync_store: MemoryStore) -> None:
+    _seed(sync_store, "c", 2)
+    good = _export(sync_store).encode()
+    garbage = io.TextIOWrapper(io.BytesIO(good + b"\xff\xfe\x00junk\n"), encoding="utf-8")
+    before = sync_store.save_state("c")
+    with pytest.raises(ImportFormatError, match="not UTF-8"):  # (decoded in chunks: the
+        import_jsonl(sync_store, garbage, replace=True)       # line is where reading failed)
+    assert sync_store.save_state("c") == before
+    with pytest.raises(InvalidInputError, match="UTF-8"):
+        sync_store.restore_state(io.TextIOWrapper(io.BytesIO(b"\xff\xfe"), encoding="utf-8"))
