@@ -7,6 +7,9 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
 from sqlalchemy import event
 
 from memstore import (
@@ -18,9 +21,11 @@ from memstore import (
     ImportFormatError,
     InvalidInputError,
     MemoryStore,
+    MemstoreError,
     Message,
     RecentTurnsView,
     ScoreBasedView,
+    StoredMessage,
     TokenLimitedView,
     ToolCall,
     UnboundedView,
@@ -377,3 +382,56 @@ def test_files_that_are_not_text_are_format_errors(sync_store: MemoryStore) -> N
     assert sync_store.save_state("c") == before
     with pytest.raises(InvalidInputError, match="UTF-8"):
         sync_store.restore_state(io.TextIOWrapper(io.BytesIO(b"\xff\xfe"), encoding="utf-8"))
+
+
+# ---- fuzzing: a mutated export is imported exactly or refused cleanly ------------------------
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False)
+    | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner,
+                                                                 max_size=3),
+    max_leaves=6,
+)
+
+
+@pytest.fixture(scope="module")
+def fuzz_store(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    path = tmp_path_factory.mktemp("fuzz") / "fuzz.db"
+    store = MemoryStore(f"sqlite:///{path}", counter=FixedCounter())
+    _seed(store, "src", 3)
+    yield store
+    store.close()
+
+
+@settings(derandomize=True, database=None, max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+def test_mutated_exports_import_exactly_or_fail_cleanly(fuzz_store: MemoryStore,
+                                                         data: st.DataObject) -> None:
+    lines = [json.loads(line) for line in _export(fuzz_store, ["src"]).splitlines()]
+    index = data.draw(st.integers(0, len(lines) - 1), label="line")
+    keys = sorted(lines[index])
+    key = data.draw(st.sampled_from([*keys, "extra"]), label="key")
+    action = data.draw(st.sampled_from(["set", "delete"]), label="action")
+    if action == "delete":
+        lines[index].pop(key, None)
+    else:
+        lines[index][key] = data.draw(_JSON, label="value")
+    text = "\n".join(json.dumps(line) for line in lines) + "\n"
+    target = f"t{data.draw(st.integers(0, 10**9), label='target')}"
+    try:
+        result = import_jsonl(fuzz_store, io.StringIO(text), rename=target)
+    except (MemstoreError, ValidationError):
+        with pytest.raises(ConversationNotFoundError):  # nothing of it was written
+            fuzz_store.get_conversation(target)
+        return
+    # accepted: what is stored reads back as the lines said (counts are recounted)
+    assert result.conversations[0].id == target
+    stored = fuzz_store.messages(target)
+    assert len(stored) == len(lines) - 1
+    for line, message in zip(lines[1:], stored):
+        expected = StoredMessage.model_validate({**line, "conversation_id": target})
+        assert message.as_message() == expected.as_message()
+        assert (message.seq, message.created_at) == (expected.seq, expected.created_at)
+    fuzz_store.delete_conversation(target)
