@@ -254,10 +254,15 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s.strip()]
     dbs = [d.strip() for d in args.db.split(",") if d.strip()]
-    doc = run(sizes, dbs, args.pg)
-    args.results.parent.mkdir(parents=True, exist_ok=True)
-    args.results.write_text(json.dumps(doc, indent=2) + "\n")
-    args.out.write_text(markdown(doc))
+    rows: list[dict[str, Any]] = []
+    doc: dict[str, Any] = {}
+    for db in dbs:  # results are written after each database, so a long run keeps them
+        doc = run(sizes, [db], args.pg)
+        rows.extend(doc["rows"])
+        doc.update(rows=rows, verdicts=verdicts(rows, sizes))
+        args.results.parent.mkdir(parents=True, exist_ok=True)
+        args.results.write_text(json.dumps(doc, indent=2) + "\n")
+        args.out.write_text(markdown(doc))
     print(markdown(doc))
     return 0 if all(v["met"] for v in doc["verdicts"]) else 1
 
