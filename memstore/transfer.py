@@ -136,6 +136,16 @@ class LoadReport(BaseModel):
 # ---- export ---------------------------------------------------------------------------
 
 
+def _check_store(store: Any, what: str) -> None:
+    from memstore.store import MemoryStore
+
+    if not isinstance(store, MemoryStore):
+        raise InvalidInputError(
+            f"{what} takes a MemoryStore, not {type(store).__name__} (with an "
+            "AsyncMemoryStore, run it in a thread on a MemoryStore of the same URL)"
+        )
+
+
 def _header_line(conversation: Conversation) -> str:
     body = conversation.model_dump_json(include=set(_HEADER_FIELDS))
     return f'{{"memstore_export":{EXPORT_VERSION},"type":"conversation",{body[1:]}\n'
@@ -179,6 +189,7 @@ def export_jsonl(
         ConversationNotFoundError: a requested conversation does not exist (the
             conversations before it are already written).
     """
+    _check_store(store, "export_jsonl")
     if isinstance(conversation_ids, str):
         raise InvalidInputError(
             "conversation_ids must be a list of ids, not a single string"
@@ -339,6 +350,7 @@ def import_jsonl(
             ``.imported``).
         ConflictError: a message id is stored with other content.
     """
+    _check_store(store, "import_jsonl")
     target = _base.check_conversation_id(rename) if rename is not None else None
     lines = _Lines(fp)
     done: list[ImportedConversation] = []

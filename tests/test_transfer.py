@@ -229,6 +229,8 @@ def test_progress_and_keyset_listing(sync_store: MemoryStore,
     assert ticks == [3, 2] * 5 and len(imported.conversations) == 5
     with pytest.raises(InvalidInputError):
         export_jsonl(sync_store, io.StringIO(), "a")
+    with pytest.raises(InvalidInputError, match="takes a MemoryStore"):
+        import_jsonl(object(), io.StringIO())  # type: ignore[arg-type]
     with pytest.raises(ConversationNotFoundError):
         export_jsonl(sync_store, io.StringIO(), ["a", "nope"])
 
