@@ -239,10 +239,19 @@ def list_conversations(conn: Connection, limit: int, after: str | None) -> list[
     return [_to_conversation(r) for r in conn.execute(q.list_conversations(limit, after))]
 
 
+#: Messages deleted per DELETE statement when a whole conversation goes (one transaction):
+#: SQLite collects the rowids a DELETE removes in memory, so one statement over a
+#: 1,000,000-message conversation would hold ~25 MB.
+DELETE_CHUNK = 10_000
+
+
 def delete_conversation(conn: Connection, cid: str) -> None:
-    """Delete a conversation and all its messages."""
-    _conversation_row(conn, cid, for_update=True)
-    conn.execute(q.delete_messages(cid))
+    """Delete a conversation and all its messages (bounded memory, one transaction)."""
+    conv = _conversation_row(conn, cid, for_update=True)
+    first, last = int(conv.first_seq), int(conv.last_seq)
+    for start in range(first, last + 1 - DELETE_CHUNK, DELETE_CHUNK):
+        conn.execute(q.delete_messages(cid, start=start, stop=start + DELETE_CHUNK))
+    conn.execute(q.delete_messages(cid))  # the rest (and any row outside the live range)
     conn.execute(q.delete_conversation(cid))
 
 

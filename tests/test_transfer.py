@@ -29,6 +29,7 @@ from memstore import (
     TokenLimitedView,
     ToolCall,
     UnboundedView,
+    _ops,
     export_jsonl,
     import_jsonl,
     transfer,
@@ -263,8 +264,14 @@ def test_streams_read_and_write_in_bounded_pages(sync_store: MemoryStore,
         pages = [p for s, p, _ in seen if "FROM memstore_messages" in s]
         assert len(pages) == 13
         seen.clear()
-        sync_store.delete_conversation("copy")  # one statement, whatever the length
-        assert sum("DELETE FROM memstore_messages" in s for s, _, _ in seen) == 1
+        monkeypatch.setattr(_ops, "DELETE_CHUNK", 100)
+        sync_store.delete_conversation("copy")  # deleted 100 rows per statement
+        deletes = [s for s, _, _ in seen if s.startswith("DELETE FROM memstore_messages")]
+        assert len(deletes) == 13
+        assert all("seq >=" in s and "seq <" in s for s in deletes[:-1])
+        with pytest.raises(ConversationNotFoundError):
+            sync_store.get_conversation("copy")
+        assert sync_store.get_conversation("c").message_count == 1234
     finally:
         event.remove(sync_store.engine, "before_cursor_execute", record)
 
