@@ -388,7 +388,7 @@ class AsyncMemoryStore:
         await self.setup()
         if _stateio.is_file(state):
             head, messages = _stateio.read_state(state)  # type: ignore[arg-type]
-            cid = _base.check_conversation_id(conversation_id or head.conversation.id)
+            cid = _base.stream_target(conversation_id, head)
             recounter = _ops.Recounter(self._plan.counter)
             with translate_db_errors():
                 async with self._engine.connect() as conn:

@@ -420,7 +420,7 @@ class MemoryStore:
         """
         if _stateio.is_file(state):
             head, messages = _stateio.read_state(state)  # type: ignore[arg-type]
-            cid = _base.check_conversation_id(conversation_id or head.conversation.id)
+            cid = _base.stream_target(conversation_id, head)
             recounter = _ops.Recounter(self._plan.counter)
             with self._write_connection() as conn:
                 conversation, written = _ops.load_stream(
