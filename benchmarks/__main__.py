@@ -133,6 +133,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="existing database used to create/drop the benchmark databases",
     )
     p.add_argument(
+        "--phase",
+        choices=("windows", "transfer"),
+        default="windows",
+        help="windows: the latency benchmark (default); transfer: peak memory of export, "
+        "import, dump/load state, iteration and delete at 10k and 1M messages "
+        "(benchmarks/transfer_memory.py; --sizes and --db apply)",
+    )
+    p.add_argument(
         "--keep-dbs",
         action="store_true",
         help="keep each job's database (SQLite files under benchmarks/results/raw)",
@@ -144,6 +152,13 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point."""
     args_list = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(args_list)
+    if args.phase == "transfer":
+        from benchmarks import transfer_memory
+
+        phase_args = ["--db", ",".join(args.db)]
+        if args.sizes:
+            phase_args += ["--sizes", ",".join(map(str, args.sizes))]
+        return transfer_memory.main(phase_args)
     raw = HERE / "results" / "raw"
     results = args.results or (
         raw / "quick.json" if args.quick else HERE / "results" / "latest.json"

@@ -8,7 +8,10 @@ selection in :mod:`memstore.views`) is written once, here and there.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
+import os
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -18,7 +21,13 @@ from sqlalchemy import Connection, Engine
 
 from memstore import _ops, migrate
 from memstore._cache import CacheInfo, RowCache
-from memstore._engine import default_url, install_sqlite_hooks, read_options, write_options
+from memstore._engine import (
+    check_durability,
+    default_url,
+    install_sqlite_hooks,
+    read_options,
+    write_options,
+)
 from memstore._validate import (
     MAX_COUNTER_NAME_LENGTH,
     MAX_SEQ,
@@ -27,7 +36,7 @@ from memstore._validate import (
     short_repr,
     text_problem,
 )
-from memstore.errors import ConfigurationError, InvalidInputError
+from memstore.errors import ConfigurationError, DatabaseNotFoundError, InvalidInputError
 from memstore.models import (
     MAX_ID_LENGTH,
     ContextWindow,
@@ -42,6 +51,7 @@ T = TypeVar("T")
 E = TypeVar("E")
 
 MigrateMode = Literal["auto", "check", "upgrade", "off"]
+Durability = Literal["full", "normal"]
 MIGRATE_MODES = ("auto", "check", "upgrade", "off")
 
 MessageLike = Message | Mapping[str, Any]
@@ -80,6 +90,37 @@ def run_without_transaction(conn: Connection, fn: Callable[..., T], args: tuple[
     return fn(conn, *args)
 
 
+def schema_needs_write(conn: Connection, mode: MigrateMode) -> bool:
+    """Apply the ``migrate`` policy as far as a read allows (no write lock taken).
+
+    Reads the stamped revision. A revision this memstore does not know raises
+    :class:`SchemaTooNewError` in every mode (``"off"`` included: it never writes
+    into a newer schema). At head, or with ``"off"``: nothing to do (``False``).
+    Behind: ``True`` when the mode upgrades (the caller then runs
+    :func:`ensure_schema` in a write transaction), else :class:`SchemaOutOfDateError`.
+    """
+    at = migrate._current(conn)
+    migrate.refuse_newer(at)
+    if mode == "off" or set(at) == set(migrate.heads()):
+        return False
+    if mode == "upgrade" or (mode == "auto" and conn.dialect.name == "sqlite"):
+        return True
+    migrate.check_connection(conn)
+    return False  # pragma: no cover - check_connection raised
+
+
+def check_database_exists(url: Any, mode: MigrateMode) -> None:
+    """``migrate="check"``/``"off"`` never create a SQLite file: a missing one is an error."""
+    if mode not in ("check", "off") or url.get_backend_name() != "sqlite":
+        return
+    database = url.database
+    if database in (None, "", ":memory:") or url.query.get("uri") or database.startswith(
+            "file:"):
+        return
+    if not os.path.exists(database):
+        raise DatabaseNotFoundError(database)
+
+
 def ensure_schema(conn: Connection, mode: MigrateMode) -> None:
     """Apply the store's ``migrate`` policy on an open connection (in a write transaction)."""
     if mode == "off":
@@ -102,6 +143,7 @@ def open_engine(
     cache_size: int,
     make: Callable[..., E],
     sync_engine_of: Callable[[E], Engine],
+    durability: str = "full",
 ) -> tuple[MigrateMode, Planner, bool, E]:
     """What both stores do on construction: check arguments, pick the counter, get an engine.
 
@@ -119,11 +161,14 @@ def open_engine(
         check_counter_name(chosen)
     planner = Planner(chosen,
                       RowCache(cache_size) if cache_size else None)
+    durability = check_durability(durability)
     if engine is None:
         made = make(url if url is not None else default_url(), busy_timeout=busy_timeout,
+                    durability=durability,
                     **engine_options)
         return mode, planner, True, made
-    install_sqlite_hooks(sync_engine_of(engine), busy_timeout=busy_timeout)
+    install_sqlite_hooks(sync_engine_of(engine), busy_timeout=busy_timeout,
+                         durability=durability)
     return mode, planner, False, engine
 
 
@@ -479,3 +524,49 @@ def empty_window(conversation_id: str, view: ContextView, default: TokenCounter)
     result = view.apply([], view.resolve_counter(default))
     return result.model_copy(update={"conversation_id": conversation_id})
 
+
+
+# ---- streaming (iter_messages, dump_state, restore_state) -------------------------------
+
+#: Default keyset page size of ``iter_messages``/``dump_state``.
+DEFAULT_PAGE_SIZE = 1000
+
+
+def check_page_args(
+    conversation_id: Any, start: Any, stop: Any, page_size: Any
+) -> tuple[str, int | None, int | None, int]:
+    """Validate ``iter_messages`` arguments."""
+    cid = check_conversation_id(conversation_id)
+    for name, value in (("start", start), ("stop", stop)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            raise InvalidInputError(f"{name} must be an int or None, got {value!r}")
+    if (not isinstance(page_size, int) or isinstance(page_size, bool)
+            or not 1 <= page_size <= 100_000):
+        raise InvalidInputError(f"page_size must be an int in [1, 100000], got {page_size!r}")
+    return cid, start, stop, page_size
+
+
+def snapshot_pages(engine_url: Any) -> bool:
+    """Whether a stream reads all its pages from one snapshot (held read transaction).
+
+    Not on an in-memory SQLite database: its one shared connection could not write
+    while a read transaction is open on it, so there each page is its own read.
+    """
+    return not (engine_url.get_backend_name() == "sqlite"
+                and engine_url.database in (None, "", ":memory:"))
+
+
+def restore_plan(
+    planner: Planner, state: Any, conversation_id: Any, replace: Any
+) -> tuple[Plan, Any, int]:
+    """The plan of ``restore_state`` for an in-memory snapshot: (plan, recounter, count)."""
+    base = planner.load_state(state, conversation_id, replace)
+    recounter = _ops.Recounter(planner.counter)
+    plan = dataclasses.replace(base, fn=functools.partial(base.fn, recounter=recounter))
+    return plan, recounter, len(base.args[0].messages)
+
+
+def stream_target(conversation_id: Any, head: ConversationState) -> str:
+    """The conversation a snapshot file is loaded into (its own id unless one is given)."""
+    return check_conversation_id(
+        head.conversation.id if conversation_id is None else conversation_id)

@@ -2,7 +2,11 @@
 
 SQLite needs care to be a correct multi-writer database:
 
-* WAL journal, ``foreign_keys=ON``, a busy timeout, ``synchronous=NORMAL``;
+* WAL journal, ``foreign_keys=ON``, a busy timeout, and ``synchronous=FULL``
+  (``durability="full"``, the default: every commit is fsynced, so a commit that
+  returned survives power loss or an OS crash) or ``synchronous=NORMAL``
+  (``durability="normal"``: faster commits; the last commits before power loss or an
+  OS crash may be lost, never corrupted; a crash of the process alone loses nothing);
 * memstore takes over transaction control from the ``sqlite3`` module (which
   otherwise never emits ``BEGIN`` before a ``SELECT``): read transactions start
   with ``BEGIN`` so a multi-page window read sees one snapshot, and write
@@ -28,6 +32,8 @@ from memstore.errors import ConfigurationError, MissingDependencyError
 
 __all__ = [
     "DEFAULT_URL",
+    "DURABILITY_MODES",
+    "check_durability",
     "async_url",
     "default_url",
     "install_sqlite_hooks",
@@ -40,6 +46,21 @@ __all__ = [
 ]
 
 DEFAULT_URL = "sqlite:///./memstore.db"
+
+#: ``durability=`` values: SQLite ``synchronous=FULL`` or ``NORMAL``. PostgreSQL follows
+#: the server's own settings (``synchronous_commit``, ``fsync``) in both modes.
+DURABILITY_MODES = ("full", "normal")
+
+
+def check_durability(durability: Any) -> str:
+    """Validate the ``durability=`` argument."""
+    if durability not in DURABILITY_MODES:
+        from memstore.errors import ConfigurationError
+
+        raise ConfigurationError(
+            f"durability must be one of {', '.join(DURABILITY_MODES)}, not {durability!r}"
+        )
+    return str(durability)
 _WRITE = "memstore_write"
 _MARK = "_memstore_hooks"
 
@@ -171,23 +192,29 @@ def _engine_kwargs(u: URL, options: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-def make_engine(url: str | URL, *, busy_timeout: float = 30.0, **options: Any) -> Engine:
+def make_engine(
+    url: str | URL, *, busy_timeout: float = 30.0, durability: str = "full", **options: Any
+) -> Engine:
     """Create a synchronous engine configured for memstore."""
     u = sync_url(url)
     engine: Engine = _create(create_engine, u, _engine_kwargs(u, options))
-    install_sqlite_hooks(engine, busy_timeout=busy_timeout)
+    install_sqlite_hooks(engine, busy_timeout=busy_timeout, durability=durability)
     return engine
 
 
-def make_async_engine(url: str | URL, *, busy_timeout: float = 30.0, **options: Any) -> AsyncEngine:
+def make_async_engine(
+    url: str | URL, *, busy_timeout: float = 30.0, durability: str = "full", **options: Any
+) -> AsyncEngine:
     """Create an asyncio engine configured for memstore."""
     u = async_url(url)
     engine: AsyncEngine = _create(create_async_engine, u, _engine_kwargs(u, options))
-    install_sqlite_hooks(engine.sync_engine, busy_timeout=busy_timeout)
+    install_sqlite_hooks(engine.sync_engine, busy_timeout=busy_timeout, durability=durability)
     return engine
 
 
-def install_sqlite_hooks(engine: Engine, *, busy_timeout: float = 30.0) -> None:
+def install_sqlite_hooks(
+    engine: Engine, *, busy_timeout: float = 30.0, durability: str = "full"
+) -> None:
     """Install memstore's SQLite connection setup on ``engine`` (idempotent, no-op elsewhere).
 
     Injected engines get the hooks too: without them SQLite would not give window
@@ -197,6 +224,7 @@ def install_sqlite_hooks(engine: Engine, *, busy_timeout: float = 30.0) -> None:
         return
     setattr(engine, _MARK, True)
     memory = _is_memory(engine.url)
+    synchronous = "FULL" if check_durability(durability) == "full" else "NORMAL"
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -206,7 +234,7 @@ def install_sqlite_hooks(engine: Engine, *, busy_timeout: float = 30.0) -> None:
             cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
-        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute(f"PRAGMA synchronous={synchronous}")
         cursor.close()
 
     @event.listens_for(engine, "begin")

@@ -239,10 +239,19 @@ def list_conversations(conn: Connection, limit: int, after: str | None) -> list[
     return [_to_conversation(r) for r in conn.execute(q.list_conversations(limit, after))]
 
 
+#: Messages deleted per DELETE statement when a whole conversation goes (one transaction):
+#: SQLite collects the rowids a DELETE removes in memory, so one statement over a
+#: 1,000,000-message conversation would hold ~25 MB.
+DELETE_CHUNK = 10_000
+
+
 def delete_conversation(conn: Connection, cid: str) -> None:
-    """Delete a conversation and all its messages."""
-    _conversation_row(conn, cid, for_update=True)
-    conn.execute(q.delete_messages(cid))
+    """Delete a conversation and all its messages (bounded memory, one transaction)."""
+    conv = _conversation_row(conn, cid, for_update=True)
+    first, last = int(conv.first_seq), int(conv.last_seq)
+    for start in range(first, last + 1 - DELETE_CHUNK, DELETE_CHUNK):
+        conn.execute(q.delete_messages(cid, start=start, stop=start + DELETE_CHUNK))
+    conn.execute(q.delete_messages(cid))  # the rest (and any row outside the live range)
     conn.execute(q.delete_conversation(cid))
 
 
@@ -439,6 +448,9 @@ def _driver_error(conn: Connection, exc: Exception, statement: str, params: Any)
     dbapi_connection = conn.connection.dbapi_connection
     gone = conn.dialect.is_disconnect(exc, dbapi_connection, None)  # type: ignore[arg-type]
     if gone:
+        # As SQLAlchemy does for its own statements: a lost connection usually means the
+        # server restarted, so every pooled connection made before now is stale too.
+        conn.engine.pool._invalidate(conn.connection, exc)
         conn.invalidate(exc)
     return sa_exc.DBAPIError.instance(
         statement, params, exc, conn.dialect.loaded_dbapi.Error,
@@ -665,7 +677,8 @@ def save_state(
 
 
 def load_state(
-    conn: Connection, state: ConversationState, cid: str, replace: bool
+    conn: Connection, state: ConversationState, cid: str, replace: bool,
+    recounter: Recounter | None = None,
 ) -> Conversation:
     """Write a snapshot into conversation ``cid`` (one transaction).
 
@@ -676,6 +689,9 @@ def load_state(
     src = state.messages
     if src and src[-1].seq - src[0].seq + 1 != len(src):
         raise InvalidInputError("state messages must have contiguous seqs")
+    if recounter is not None:  # snapshots are not trusted: recount every message
+        src = [m.model_copy(update=dict(zip(("token_count", "token_counter"),
+                                            recounter.count(m)))) for m in src]
     dialect = conn.dialect.name
     existing = conn.execute(q.conversation(cid, for_update=True)).first()
     c = state.conversation
@@ -708,3 +724,213 @@ def load_state(
     for start in range(0, len(rows), INSERT_CHUNK):
         conn.execute(q.insert_messages(), rows[start:start + INSERT_CHUNK])
     return _to_conversation(_conversation_row(conn, cid))
+
+
+# ---- streaming: keyset pages, loading in bounded batches --------------------------------
+
+
+def read_page(
+    conn: Connection, cid: str, start: int | None, stop: int | None, after: int | None,
+    limit: int,
+) -> tuple[Conversation | None, list[StoredMessage]]:
+    """One keyset page: up to ``limit`` messages with ``seq > after`` in ``[start, stop)``.
+
+    The first page (``after is None``) also reads the conversation (raising
+    ConversationNotFoundError when there is none) and returns it; later pages return
+    ``None`` in its place. Each page is one indexed range read on
+    ``(conversation_id, seq)``: cost and memory grow with ``limit``, not the history.
+    """
+    conversation = None
+    if after is None:
+        conversation = _to_conversation(_conversation_row(conn, cid))
+        low = start
+    else:
+        low = after + 1 if start is None else max(after + 1, start)
+    stmt = q.messages_range(cid, start=low, stop=stop, limit=limit)
+    return conversation, [to_stored(r) for r in conn.execute(stmt)]
+
+
+class Recounter:
+    """Recomputes the token count of every loaded message (snapshots are not trusted).
+
+    A message counted by a counter this process can rebuild (the store's own, or one
+    :func:`memstore.tokens.counter_from_name` knows) is recounted with that counter;
+    any other is recounted with the store's counter and relabelled with its name.
+    ``recounted`` counts the messages whose stored count or counter changed.
+    """
+
+    def __init__(self, default: Any) -> None:
+        self.default = default
+        self._by_name: dict[str, Any] = {default.name: default}
+        self.recounted = 0
+
+    def _counter(self, name: str) -> Any:
+        if name not in self._by_name:
+            from memstore.errors import MemstoreError
+            from memstore.tokens import counter_from_name
+
+            try:
+                self._by_name[name] = counter_from_name(name)
+            except MemstoreError:
+                self._by_name[name] = None
+        return self._by_name[name]
+
+    def count(self, message: StoredMessage) -> tuple[int, str]:
+        """``(token_count, token_counter)`` to store for ``message``."""
+        from memstore.errors import MemstoreError
+
+        counter = self._counter(message.token_counter) or self.default
+        try:
+            tokens = counter.count_message(message)
+        except MemstoreError:
+            if counter is self.default:
+                raise
+            self._by_name[message.token_counter] = None  # e.g. an encoding not available
+            counter = self.default
+            tokens = counter.count_message(message)
+        if tokens != message.token_count or counter.name != message.token_counter:
+            self.recounted += 1
+        return tokens, counter.name
+
+
+LoadMode = str  # "replace" | "append" | "merge"
+
+
+class Loader:
+    """Writes one conversation from a stream of stored messages, batch by batch.
+
+    Runs inside the caller's (one) write transaction; holds no more than one batch.
+
+    Modes, for a conversation that exists:
+
+    * ``"replace"``: delete it, then write the stream as a new conversation;
+    * ``"append"``: append every message after the stored ones (new seqs; a client
+      id already stored is a :class:`ConflictError`);
+    * ``"merge"``: a message whose client id is stored with the same content is
+      left alone (``unchanged``), a new one is appended, one stored with other
+      content is a :class:`ConflictError` (idempotent re-import).
+
+    A conversation that does not exist is created with the header's fields, and its
+    messages keep their seqs (which must then be contiguous and increasing).
+    """
+
+    def __init__(
+        self, conn: Connection, cid: str, header: Conversation | None, mode: LoadMode,
+        recounter: Recounter,
+    ) -> None:
+        self.conn = conn
+        self.cid = cid
+        self.mode = mode
+        self.recounter = recounter
+        self.written = 0
+        self.unchanged = 0
+        self.replaced = False
+        existing = conn.execute(q.conversation(cid, for_update=True)).first()
+        if existing is not None and mode == "replace":
+            conn.execute(q.delete_messages(cid))
+            conn.execute(q.delete_conversation(cid))
+            existing = None
+            self.replaced = True
+        self.fresh = existing is None
+        self._next_seq: int | None = None
+        self._first_seq = 1
+        self._tokens = 0
+        self._top = 1.0
+        if self.fresh:
+            now = utcnow()
+            conn.execute(q.insert_conversation({
+                "id": cid,
+                "created_at": header.created_at if header is not None else now,
+                "updated_at": header.updated_at if header is not None else now,
+                "metadata": dict(header.metadata) if header is not None else {},
+                "first_seq": 1, "last_seq": 0, "token_count": 0, "max_score": 1.0,
+                "epoch": q.new_epoch(),
+            }))
+
+    def add(self, batch: Sequence[StoredMessage]) -> None:
+        """Write one batch (at most :data:`INSERT_CHUNK` messages is a good size)."""
+        if not batch:
+            return
+        if self.mode == "merge" and not self.fresh:
+            batch = self._new_only(batch)
+            if not batch:
+                return
+        counted = [self.recounter.count(m) for m in batch]
+        if self.fresh:
+            seqs = []
+            for m in batch:
+                if self._next_seq is None:
+                    self._first_seq = m.seq
+                elif m.seq != self._next_seq:
+                    raise InvalidInputError(
+                        f"message seq {m.seq} follows seq {self._next_seq - 1}: the seqs of "
+                        "a conversation must be contiguous and increasing"
+                    )
+                self._next_seq = m.seq + 1
+                seqs.append(m.seq)
+            self._tokens += sum(n for n, _ in counted)
+            self._top = max(self._top, *(m.score for m in batch))
+        else:
+            tokens = sum(n for n, _ in counted)
+            top = max(1.0, *(m.score for m in batch))
+            last = int(self.conn.execute(*q.allocate_seqs(
+                self.conn.dialect.name, self.cid, utcnow(), len(batch), tokens, top
+            )).scalar_one())
+            seqs = list(range(last - len(batch) + 1, last + 1))
+        rows = [
+            _message_row(self.cid, seq, Prepared(m, n), m.id, name, m.created_at)
+            for m, seq, (n, name) in zip(batch, seqs, counted)
+        ]
+        for start in range(0, len(rows), INSERT_CHUNK):
+            self.conn.execute(q.insert_messages(), rows[start:start + INSERT_CHUNK])
+        self.written += len(rows)
+
+    def _new_only(self, batch: Sequence[StoredMessage]) -> list[StoredMessage]:
+        ids = sorted({m.id for m in batch})
+        stored = {m.id: m for m in map(to_stored, self.conn.execute(
+            q.messages_by_ids(self.cid, ids)))}
+        fresh: list[StoredMessage] = []
+        seen: dict[str, StoredMessage] = {}
+        for m in batch:
+            prior = stored.get(m.id) or seen.get(m.id)
+            if prior is None:
+                seen[m.id] = m
+                fresh.append(m)
+            elif prior.same_content(m):
+                self.unchanged += 1
+            else:
+                raise ConflictError(
+                    f"message id {m.id!r} is already stored in conversation {self.cid!r} "
+                    "with different content"
+                )
+        return fresh
+
+    def finish(self) -> Conversation:
+        """Complete the conversation row; returns the conversation as stored."""
+        if self.fresh:
+            count = 0 if self._next_seq is None else self._next_seq - self._first_seq
+            self.conn.execute(q.update_conversation(
+                self.cid, first_seq=self._first_seq, last_seq=self._first_seq + count - 1,
+                token_count=self._tokens, max_score=self._top, epoch=q.new_epoch(),
+            ))
+        return _to_conversation(_conversation_row(self.conn, self.cid))
+
+
+def load_stream(
+    conn: Connection, head: ConversationState, messages: Any, cid: str, replace: bool,
+    recounter: Recounter, batch_size: int = INSERT_CHUNK,
+) -> tuple[Conversation, int]:
+    """Write a streamed snapshot in batches (one transaction: the caller's).
+
+    ``messages`` is an iterator of StoredMessage (read lazily from a file). Returns
+    the stored conversation and how many messages were written.
+    """
+    loader = Loader(conn, cid, head.conversation, "replace" if replace else "append", recounter)
+    batch: list[StoredMessage] = []
+    for message in messages:
+        batch.append(message)
+        if len(batch) >= batch_size:
+            loader.add(batch)
+            batch = []
+    loader.add(batch)
+    return loader.finish(), loader.written

@@ -21,16 +21,16 @@ inserted in chunks, so the event loop keeps running during a big ``extend``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
+from typing import Any, TextIO
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from memstore import _base
-from memstore._base import MessageLike, MigrateMode, Plan
+from memstore import _base, _ops, _stateio
+from memstore._base import Durability, MessageLike, MigrateMode, Plan
 from memstore._cache import DEFAULT_CACHE_SIZE, CacheInfo
-from memstore._engine import make_async_engine, write_options
-from memstore.errors import ConversationNotFoundError, translate_db_errors
+from memstore._engine import make_async_engine, read_options, write_options
+from memstore.errors import ConnectionLostError, ConversationNotFoundError, translate_db_errors
 from memstore.models import (
     ContextWindow,
     Conversation,
@@ -39,6 +39,7 @@ from memstore.models import (
     StoredMessage,
 )
 from memstore.tokens import TokenCounter
+from memstore.transfer import LoadReport
 from memstore.views import ContextView
 
 __all__ = ["AsyncChatContext", "AsyncMemoryStore"]
@@ -64,6 +65,13 @@ class AsyncMemoryStore:
             already decode (usually just the newest messages). Cached rows are
             validated against the conversation's epoch in every read, so other
             processes' writes are always seen. ``0`` disables the cache.
+        durability: ``"full"`` (default): on SQLite every commit is fsynced
+            (``synchronous=FULL``), so a call that returned survives power loss or an
+            OS crash. ``"normal"``: faster commits (``synchronous=NORMAL`` in WAL
+            mode); the last commits before a power loss or OS crash may be lost (the
+            database is never corrupted; a crash of the process alone loses nothing).
+            PostgreSQL follows the server's settings (``synchronous_commit``,
+            ``fsync``) in both modes.
         **engine_options: passed to :func:`create_async_engine` (one pool per store,
             sized by you: ``pool_size``, ``max_overflow``…).
     """
@@ -77,11 +85,12 @@ class AsyncMemoryStore:
         migrate: MigrateMode = "auto",
         busy_timeout: float = 30.0,
         cache_size: int = DEFAULT_CACHE_SIZE,
+        durability: Durability = "full",
         **engine_options: Any,
     ) -> None:
         self._mode, self._plan, self._owns_engine, self._engine = _base.open_engine(
             url, engine, counter, migrate, busy_timeout, engine_options,
-            cache_size=cache_size,
+            cache_size=cache_size, durability=durability,
             make=make_async_engine, sync_engine_of=lambda e: e.sync_engine,
         )
         self._ready = False
@@ -120,11 +129,16 @@ class AsyncMemoryStore:
         async with self._ready_lock:
             if self._ready:
                 return
+            _base.check_database_exists(self._engine.url, self._mode)
             with translate_db_errors():
-                async with self._engine.connect() as conn:
-                    await conn.execution_options(**write_options())
-                    async with conn.begin():
-                        await conn.run_sync(_base.ensure_schema, self._mode)
+                # Read the schema revision without the write lock; take it only to migrate.
+                async with self._engine.connect() as conn, conn.begin():
+                    needs_write = await conn.run_sync(_base.schema_needs_write, self._mode)
+                if needs_write:
+                    async with self._engine.connect() as conn:
+                        await conn.execution_options(**write_options())
+                        async with conn.begin():
+                            await conn.run_sync(_base.ensure_schema, self._mode)
             self._ready = True
 
     async def _execute(self, plan: Plan) -> Any:
@@ -135,6 +149,14 @@ class AsyncMemoryStore:
                 prepared = await asyncio.to_thread(plan.prepare)
             else:
                 prepared = plan.prepare()
+        try:
+            with translate_db_errors():
+                async with self._engine.connect() as conn:
+                    return await conn.run_sync(plan.run, prepared)
+        except ConnectionLostError:
+            if plan.write:
+                raise  # the caller decides: a retry with the same client ids is exactly-once
+        # A read on a dead pooled connection (server restart) is retried once.
         with translate_db_errors():
             async with self._engine.connect() as conn:
                 return await conn.run_sync(plan.run, prepared)
@@ -251,12 +273,135 @@ class AsyncMemoryStore:
 
     async def load_state(
         self,
-        state: ConversationState | dict[str, Any] | str,
+        state: ConversationState | dict[str, Any] | str | TextIO,
         conversation_id: str | None = None,
         replace: bool = True,
     ) -> Conversation:
         """Write a snapshot into a conversation (see :meth:`MemoryStore.load_state`)."""
-        return await self._execute(self._plan.load_state(state, conversation_id, replace))  # type: ignore[no-any-return]
+        report = await self.restore_state(state, conversation_id, replace=replace)
+        return report.conversation
+
+    # ---- streaming ------------------------------------------------------------------
+
+    def iter_messages(
+        self,
+        conversation_id: str,
+        *,
+        start: int | None = None,
+        stop: int | None = None,
+        page_size: int = _base.DEFAULT_PAGE_SIZE,
+    ) -> AsyncIterator[StoredMessage]:
+        """Iterate over messages in keyset pages from one snapshot (``async for``).
+
+        See :meth:`MemoryStore.iter_messages`.
+        """
+        cid, start, stop, size = _base.check_page_args(conversation_id, start, stop, page_size)
+        return self._iter(cid, start, stop, size)
+
+    async def _iter(
+        self, cid: str, start: int | None, stop: int | None, size: int
+    ) -> AsyncIterator[StoredMessage]:
+        async for _, page in self._stream(cid, start, stop, size):
+            for message in page:
+                yield message
+
+    async def _stream(
+        self, cid: str, start: int | None, stop: int | None, size: int
+    ) -> AsyncGenerator[tuple[Conversation | None, list[StoredMessage]], None]:
+        await self.setup()
+        snapshot = _base.snapshot_pages(self._engine.url)
+        conn: AsyncConnection | None = None
+        after: int | None = None
+        limit: int | None = None
+        try:
+            while True:
+                with translate_db_errors():
+                    if conn is None:
+                        conn = await self._engine.connect()
+                        await conn.execution_options(
+                            **read_options(self._engine.dialect.name, snapshot=True))
+                        await conn.begin()
+                    head, page = await conn.run_sync(
+                        _ops.read_page, cid, start, stop, after, size)
+                    if not snapshot:
+                        await conn.close()
+                        conn = None
+                full = len(page) == size
+                if head is not None and not snapshot:
+                    limit = head.message_count
+                if limit is not None:
+                    page = page[:limit]
+                    limit -= len(page)
+                yield head, page
+                if not full or limit == 0:
+                    return
+                after = page[-1].seq
+        finally:
+            if conn is not None:
+                await conn.close()
+
+    async def dump_state(
+        self, conversation_id: str, fp: TextIO, *, view: ContextView | None = None,
+        page_size: int = _base.DEFAULT_PAGE_SIZE,
+    ) -> Conversation:
+        """Write a snapshot to a text file incrementally (see :meth:`MemoryStore.dump_state`).
+
+        ``fp`` is written synchronously, one page at a time.
+        """
+        cid, _, _, size = _base.check_page_args(conversation_id, None, None, page_size)
+        config = _base.view_config(_base.check_view(view) if view is not None else None)
+        stream = self._stream(cid, None, None, size)
+        try:
+            head, first = await stream.__anext__()
+            assert head is not None
+            head_text = ConversationState(
+                conversation=head, messages=[], view=config).model_dump_json(exclude={"messages"})
+            fp.write(head_text[:-1] + _stateio.OPEN + "\n")
+            pending: str | None = None
+            for message in first:
+                if pending is not None:
+                    fp.write(pending + ",\n")
+                pending = message.model_dump_json()
+            async for _, page in stream:
+                for message in page:
+                    if pending is not None:
+                        fp.write(pending + ",\n")
+                    pending = message.model_dump_json()
+            if pending is not None:
+                fp.write(pending + "\n")
+            fp.write(_stateio.CLOSE + "\n")
+        finally:
+            await stream.aclose()
+        return head
+
+    async def restore_state(
+        self,
+        state: ConversationState | dict[str, Any] | str | TextIO,
+        conversation_id: str | None = None,
+        *,
+        replace: bool = True,
+    ) -> LoadReport:
+        """Load a snapshot and report what was recounted (see :meth:`MemoryStore.restore_state`).
+
+        A snapshot file is read synchronously, batch by batch, inside the transaction.
+        """
+        await self.setup()
+        if _stateio.is_file(state):
+            head, messages = _stateio.read_state(state)  # type: ignore[arg-type]
+            cid = _base.stream_target(conversation_id, head)
+            recounter = _ops.Recounter(self._plan.counter)
+            with translate_db_errors():
+                async with self._engine.connect() as conn:
+                    await conn.execution_options(**write_options())
+                    async with conn.begin():
+                        conversation, written = await conn.run_sync(
+                            _ops.load_stream, head, messages, cid, bool(replace), recounter)
+            return LoadReport(conversation=conversation, messages=written, written=written,
+                              recounted=recounter.recounted)
+        plan, recounter, count = _base.restore_plan(self._plan, state, conversation_id, replace)
+        conversation = await self._execute(plan)
+        return LoadReport(conversation=conversation, messages=count, written=count,
+                          recounted=recounter.recounted)
 
 
 class AsyncChatContext:

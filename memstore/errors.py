@@ -8,14 +8,21 @@ Every error memstore raises on purpose derives from :class:`MemstoreError`::
     ├── InvalidInputError (ValueError)          a call argument is invalid; nothing was written
     ├── NotFoundError (LookupError)
     │   ├── ConversationNotFoundError
-    │   └── MessageNotFoundError
+    │   ├── MessageNotFoundError
+    │   └── DatabaseNotFoundError               the SQLite file is missing (migrate="check"/"off")
     ├── ConflictError                           idempotency key reused with other content, or
     │                                           a conversation id that already exists
     ├── ContextBudgetError                      anchored messages + newest unit exceed a budget
     ├── TokenizerUnavailableError               an encoding cannot be loaded (offline)
     ├── SchemaOutOfDateError                    the database schema is not at memstore's head
+    ├── SchemaTooNewError                       the database was migrated by a newer memstore
     └── DatabaseError                           any other driver/SQLAlchemy failure
-        └── DatabaseBusyError                   lock timeout / serialization failure
+        └── TransientError                      retryable: the same call may succeed again
+            ├── ConnectionLostError             the connection broke (restart, terminated backend)
+            └── DatabaseBusyError               lock timeout / serialization failure
+
+    InvalidInputError
+    └── ImportFormatError                       a bad line in an export file (``.line``)
 
 Invalid *model* input (a message with an unknown role, a tool message without
 ``tool_call_id`` …) raises :class:`pydantic.ValidationError` from the model
@@ -29,23 +36,29 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from sqlalchemy import exc as sa_exc
 
 __all__ = [
     "ConfigurationError",
     "ConflictError",
+    "ConnectionLostError",
     "ContextBudgetError",
     "ConversationNotFoundError",
     "DatabaseBusyError",
     "DatabaseError",
+    "DatabaseNotFoundError",
+    "ImportFormatError",
     "InvalidInputError",
     "MemstoreError",
     "MessageNotFoundError",
     "MissingDependencyError",
     "NotFoundError",
     "SchemaOutOfDateError",
+    "SchemaTooNewError",
     "TokenizerUnavailableError",
+    "TransientError",
     "translate_db_errors",
 ]
 
@@ -118,12 +131,80 @@ class DatabaseError(MemstoreError):
     """A database operation failed for a reason memstore does not model more precisely."""
 
 
-class DatabaseBusyError(DatabaseError):
+# ---- storage reliability: schema versions, missing databases, retryable faults ----------
+
+
+class SchemaTooNewError(MemstoreError):
+    """The database was migrated by a newer memstore: this version must not write to it.
+
+    Not a :class:`SchemaOutOfDateError` (whose remedy, ``memstore db upgrade``, cannot
+    help here): upgrade the memstore package instead.
+
+    Attributes:
+        revision: the unknown revision(s) the database is stamped with.
+    """
+
+    def __init__(self, revision: str) -> None:
+        super().__init__(
+            f"the database was migrated by a newer memstore (schema revision {revision}, "
+            "which this version does not know); upgrade the memstore package to use it"
+        )
+        self.revision = revision
+
+
+class DatabaseNotFoundError(NotFoundError):
+    """The SQLite database file does not exist (and the store was told not to create it).
+
+    Attributes:
+        path: the missing file.
+    """
+
+    def __init__(self, path: str) -> None:
+        super().__init__(
+            f"the database file {path!r} does not exist (migrate='check' and 'off' never "
+            "create one; use migrate='auto' or `memstore db upgrade` to create it)"
+        )
+        self.path = path
+
+
+class ImportFormatError(InvalidInputError):
+    """A line of an export file is not valid; that line's conversation was not written.
+
+    Attributes:
+        line: the 1-based number of the offending line.
+        imported: what was imported before it (conversations earlier in the file).
+    """
+
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(f"line {line}: {message}")
+        self.line = line
+        self.imported: list[Any] = []
+
+
+class TransientError(DatabaseError):
+    """A failure that may go away on retry: the same call can simply be made again.
+
+    Nothing of the failed call was committed, and a retry with the same client
+    message ids is exactly-once (a message that did commit is recognised by its id).
+    """
+
+
+class ConnectionLostError(TransientError):
+    """The connection broke or could not be made (restart, server down, network)."""
+
+
+class DatabaseBusyError(TransientError):
     """The database stayed locked, or a transaction could not be serialized, past the timeout."""
 
 
 _BUSY_MARKERS = ("database is locked", "database table is locked", "could not serialize",
                  "deadlock detected", "lock timeout", "canceling statement due to lock timeout")
+
+#: Driver messages of a broken connection (when SQLAlchemy did not flag it itself).
+_LOST_MARKERS = ("terminating connection due to administrator command",
+                 "server closed the connection unexpectedly", "connection is closed",
+                 "the connection is lost", "consuming input failed", "connection refused",
+                 "could not receive data from server", "ssl connection has been closed")
 
 
 @contextmanager
@@ -144,6 +225,10 @@ def translate_db_errors() -> Iterator[None]:
         text = str(exc.orig).lower()
         if any(marker in text for marker in _BUSY_MARKERS):
             raise DatabaseBusyError(f"the database is busy: {exc.orig}") from exc
+        if exc.connection_invalidated or any(marker in text for marker in _LOST_MARKERS):
+            raise ConnectionLostError(
+                f"the database connection failed or was lost (retryable): {exc.orig}"
+            ) from exc
         raise DatabaseError(f"database error: {exc.orig}") from exc
     except sa_exc.SQLAlchemyError as exc:
         raise DatabaseError(f"database error: {exc}") from exc

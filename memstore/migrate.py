@@ -29,7 +29,12 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, text
 
 from memstore._engine import make_engine, write_options
-from memstore.errors import ConfigurationError, SchemaOutOfDateError, translate_db_errors
+from memstore.errors import (
+    ConfigurationError,
+    SchemaOutOfDateError,
+    SchemaTooNewError,
+    translate_db_errors,
+)
 from memstore.schema import VERSION_TABLE
 
 __all__ = [
@@ -84,6 +89,28 @@ def heads() -> tuple[str, ...]:
     return tuple(ScriptDirectory.from_config(_config()).get_heads())
 
 
+_KNOWN: frozenset[str] | None = None
+
+
+def known_revisions() -> frozenset[str]:
+    """Every revision id of memstore's migration scripts."""
+    global _KNOWN
+    if _KNOWN is None:
+        script = ScriptDirectory.from_config(_config())
+        _KNOWN = frozenset(s.revision for s in script.walk_revisions())
+    return _KNOWN
+
+
+def refuse_newer(at: tuple[str, ...]) -> None:
+    """Raise :class:`SchemaTooNewError` for a revision this memstore does not know.
+
+    Such a revision was written by a newer memstore: this one must not write there.
+    """
+    unknown = [r for r in at if r not in known_revisions()]
+    if unknown:
+        raise SchemaTooNewError(", ".join(unknown))
+
+
 @contextmanager
 def _connection(bind: Bind, *, write: bool) -> Iterator[Connection]:
     """A connection inside a transaction; writers take the migration lock."""
@@ -132,7 +159,8 @@ def is_current(bind: Bind) -> bool:
 def check(bind: Bind) -> None:
     """Raise :class:`SchemaOutOfDateError` unless the schema is at memstore's head.
 
-    The error names the command that fixes it.
+    The error names the command that fixes it. A database migrated by a newer
+    memstore (a revision this one does not know) raises :class:`SchemaTooNewError`.
     """
     with _connection(bind, write=False) as conn:
         check_connection(conn)
@@ -141,6 +169,7 @@ def check(bind: Bind) -> None:
 def check_connection(conn: Connection) -> None:
     """:func:`check` on an open connection (used by the stores)."""
     at = _current(conn)
+    refuse_newer(at)
     want = heads()
     if set(at) != set(want):
         where = ", ".join(at) if at else "no memstore schema"
@@ -153,7 +182,9 @@ def check_connection(conn: Connection) -> None:
 def upgrade_connection(conn: Connection, revision: str = "head") -> None:
     """Upgrade on an open connection whose transaction the caller manages."""
     _take_lock(conn)
-    if revision == "head" and set(_current(conn)) == set(heads()):
+    at = _current(conn)
+    refuse_newer(at)
+    if revision == "head" and set(at) == set(heads()):
         return
     command.upgrade(_config(conn), revision)
 
@@ -188,6 +219,7 @@ def downgrade(
     if sql:
         return _offline(bind, f"head:{revision}", "downgrade", output)
     with _connection(bind, write=True) as conn:
+        refuse_newer(_current(conn))
         command.downgrade(_config(conn), revision)
     return None
 

@@ -17,16 +17,17 @@ methods built from the same plans; only the ``await`` differs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any, TextIO
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
-from memstore import _base
-from memstore._base import MessageLike, MigrateMode, Plan
+from memstore import _base, _ops, _stateio
+from memstore._base import Durability, MessageLike, MigrateMode, Plan
 from memstore._cache import DEFAULT_CACHE_SIZE, CacheInfo
-from memstore._engine import make_engine, write_options
-from memstore.errors import ConversationNotFoundError, translate_db_errors
+from memstore._engine import make_engine, read_options, write_options
+from memstore.errors import ConnectionLostError, ConversationNotFoundError, translate_db_errors
 from memstore.models import (
     ContextWindow,
     Conversation,
@@ -35,6 +36,7 @@ from memstore.models import (
     StoredMessage,
 )
 from memstore.tokens import TokenCounter
+from memstore.transfer import LoadReport
 from memstore.views import ContextView
 
 __all__ = ["ChatContext", "MemoryStore"]
@@ -59,6 +61,13 @@ class MemoryStore:
             already decode (usually just the newest messages). Cached rows are
             validated against the conversation's epoch in every read, so other
             processes' writes are always seen. ``0`` disables the cache.
+        durability: ``"full"`` (default): on SQLite every commit is fsynced
+            (``synchronous=FULL``), so a call that returned survives power loss or an
+            OS crash. ``"normal"``: faster commits (``synchronous=NORMAL`` in WAL
+            mode); the last commits before a power loss or OS crash may be lost (the
+            database is never corrupted; a crash of the process alone loses nothing).
+            PostgreSQL follows the server's settings (``synchronous_commit``,
+            ``fsync``) in both modes.
         **engine_options: passed to :func:`sqlalchemy.create_engine` (``pool_size``…).
 
     Raises:
@@ -76,18 +85,24 @@ class MemoryStore:
         migrate: MigrateMode = "auto",
         busy_timeout: float = 30.0,
         cache_size: int = DEFAULT_CACHE_SIZE,
+        durability: Durability = "full",
         **engine_options: Any,
     ) -> None:
         mode, self._plan, self._owns_engine, self._engine = _base.open_engine(
             url, engine, counter, migrate, busy_timeout, engine_options,
-            cache_size=cache_size,
+            cache_size=cache_size, durability=durability,
             make=make_engine, sync_engine_of=lambda e: e,
         )
         try:
-            with translate_db_errors(), self._engine.connect() as conn:
-                conn.execution_options(**write_options())
-                with conn.begin():
-                    _base.ensure_schema(conn, mode)
+            _base.check_database_exists(self._engine.url, mode)
+            # Read the schema revision without the write lock; take it only to migrate.
+            with translate_db_errors(), self._engine.connect() as conn, conn.begin():
+                needs_write = _base.schema_needs_write(conn, mode)
+            if needs_write:
+                with translate_db_errors(), self._engine.connect() as conn:
+                    conn.execution_options(**write_options())
+                    with conn.begin():
+                        _base.ensure_schema(conn, mode)
         except BaseException:
             self.close()
             raise
@@ -116,6 +131,14 @@ class MemoryStore:
 
     def _execute(self, plan: Plan) -> Any:
         prepared = plan.prepare() if plan.prepare is not None else None
+        try:
+            with translate_db_errors(), self._engine.connect() as conn:
+                return plan.run(conn, prepared)
+        except ConnectionLostError:
+            if plan.write:
+                raise  # the caller decides: a retry with the same client ids is exactly-once
+        # A read on a connection that died (typically: the server restarted since it was
+        # pooled; the pool has now discarded every connection that old) is retried once.
         with translate_db_errors(), self._engine.connect() as conn:
             return plan.run(conn, prepared)
 
@@ -257,20 +280,165 @@ class MemoryStore:
 
     def load_state(
         self,
-        state: ConversationState | dict[str, Any] | str,
+        state: ConversationState | dict[str, Any] | str | TextIO,
         conversation_id: str | None = None,
         replace: bool = True,
     ) -> Conversation:
         """Write a snapshot into a conversation, in one transaction.
 
+        Token counts are recomputed, not trusted (see :meth:`restore_state`, which
+        also reports what was recounted).
+
         Args:
-            state: a ConversationState, its dict, or its JSON text.
+            state: a ConversationState, its dict, its JSON text, or a text file
+                holding it (a :meth:`dump_state` file is read incrementally).
             conversation_id: the target; default: the snapshot's own id.
             replace: make the conversation exactly the snapshot (default: seqs,
                 timestamps, scores and ids kept); ``False`` appends the snapshot's
                 messages after the stored ones.
         """
-        return self._execute(self._plan.load_state(state, conversation_id, replace))  # type: ignore[no-any-return]
+        return self.restore_state(state, conversation_id, replace=replace).conversation
+
+    # ---- streaming ------------------------------------------------------------------
+
+    def iter_messages(
+        self,
+        conversation_id: str,
+        *,
+        start: int | None = None,
+        stop: int | None = None,
+        page_size: int = _base.DEFAULT_PAGE_SIZE,
+    ) -> Iterator[StoredMessage]:
+        """Iterate over the messages with ``start <= seq < stop``, in seq order.
+
+        Reads keyset pages of ``page_size`` messages (each one indexed range read),
+        all from one snapshot: the iteration sees the conversation as it was at the
+        first page, whatever is written meanwhile, and memory stays bounded by one
+        page however long the conversation is. Arguments are checked at once;
+        ``ConversationNotFoundError`` is raised by the first ``next()``. Close the
+        iterator (or exhaust it) to release its connection.
+
+        Args:
+            conversation_id: the conversation.
+            start: the first seq wanted (default: the oldest stored).
+            stop: one past the last seq wanted (default: the newest).
+            page_size: messages per page (1–100000).
+        """
+        cid, start, stop, size = _base.check_page_args(conversation_id, start, stop, page_size)
+        return (m for _, page in self._stream(cid, start, stop, size) for m in page)
+
+    def _stream(
+        self, cid: str, start: int | None, stop: int | None, size: int
+    ) -> Iterator[tuple[Conversation | None, list[StoredMessage]]]:
+        """Keyset pages from one snapshot; the first item carries the conversation."""
+        snapshot = _base.snapshot_pages(self._engine.url)
+        conn: Connection | None = None
+        after: int | None = None
+        limit: int | None = None  # messages the header announced (per-page reads only)
+        try:
+            while True:
+                with translate_db_errors():
+                    if conn is None:
+                        conn = self._engine.connect()
+                        conn.execution_options(**read_options(conn.dialect.name, snapshot=True))
+                        conn.begin()
+                    head, page = _ops.read_page(conn, cid, start, stop, after, size)
+                    if not snapshot:
+                        conn.close()
+                        conn = None
+                full = len(page) == size
+                if head is not None and not snapshot:
+                    limit = head.message_count
+                if limit is not None:
+                    page = page[:limit]
+                    limit -= len(page)
+                yield head, page
+                if not full or limit == 0:
+                    return
+                after = page[-1].seq
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def dump_state(
+        self, conversation_id: str, fp: TextIO, *, view: ContextView | None = None,
+        page_size: int = _base.DEFAULT_PAGE_SIZE,
+    ) -> Conversation:
+        """Write a snapshot of a conversation to a text file, one message per line.
+
+        The same JSON document as ``save_state(conversation_id).to_json()`` (any
+        JSON reader, and :meth:`load_state`, read it), written incrementally from
+        one read snapshot in keyset pages: memory stays bounded however long the
+        conversation is. :meth:`load_state` reads such a file back incrementally.
+
+        Args:
+            conversation_id: the conversation.
+            fp: a text file open for writing.
+            view: a view whose configuration is saved with the snapshot.
+            page_size: messages read per page.
+
+        Returns:
+            The conversation as snapshotted (its ``message_count`` messages were written).
+        """
+        cid, _, _, size = _base.check_page_args(conversation_id, None, None, page_size)
+        config = _base.view_config(_base.check_view(view) if view is not None else None)
+        stream = self._stream(cid, None, None, size)
+        head, first = next(stream)
+        assert head is not None
+
+        def messages() -> Iterator[StoredMessage]:
+            yield from first
+            for _, page in stream:
+                yield from page
+
+        _stateio.write_state(fp, head, config, messages())
+        return head
+
+    def restore_state(
+        self,
+        state: ConversationState | dict[str, Any] | str | TextIO,
+        conversation_id: str | None = None,
+        *,
+        replace: bool = True,
+    ) -> LoadReport:
+        """:meth:`load_state`, returning a report of what was written and recounted.
+
+        ``state`` may also be a text file holding a snapshot (from :meth:`dump_state`
+        or ``to_json()``); a :meth:`dump_state` file is read incrementally and
+        written in batches, still in one transaction, so memory stays bounded.
+
+        A snapshot's token counts are not trusted: every message is recounted with
+        the counter named by its ``token_counter`` when this process can build it,
+        else with the store's counter (and relabelled). ``LoadReport.recounted``
+        says how many counts changed.
+
+        Raises:
+            pydantic.ValidationError: the snapshot is malformed (nothing is written).
+            InvalidInputError: a line of a snapshot file is malformed, or the file is
+                truncated (nothing is written).
+            ConflictError: ``replace=False`` and a message id is already stored.
+        """
+        if _stateio.is_file(state):
+            head, messages = _stateio.read_state(state)  # type: ignore[arg-type]
+            cid = _base.stream_target(conversation_id, head)
+            recounter = _ops.Recounter(self._plan.counter)
+            with self._write_connection() as conn:
+                conversation, written = _ops.load_stream(
+                    conn, head, messages, cid, bool(replace), recounter)
+            return LoadReport(conversation=conversation, messages=written, written=written,
+                              recounted=recounter.recounted)
+        plan, recounter, count = _base.restore_plan(self._plan, state, conversation_id, replace)
+        conversation = self._execute(plan)
+        return LoadReport(conversation=conversation, messages=count, written=count,
+                          recounted=recounter.recounted)
+
+    @contextmanager
+    def _write_connection(self) -> Iterator[Connection]:
+        """One write transaction (committed when the block ends without an exception)."""
+        with translate_db_errors(), self._engine.connect() as conn:
+            conn.execution_options(**write_options())
+            with conn.begin():
+                yield conn
 
 
 class ChatContext:

@@ -46,7 +46,8 @@ def test_same_public_methods_and_signatures(sync_cls: type, async_cls: type) -> 
             if pname not in ("self", "engine"):
                 assert param.annotation == aparam.annotation, (name, pname)
         # context() returns a handle; the cache methods do no I/O: plain methods in both.
-        plain = name in ("context", "clear_cache", "cache_info")
+        # iter_messages returns an (async) iterator.
+        plain = name in ("context", "clear_cache", "cache_info", "iter_messages")
         assert inspect.iscoroutinefunction(other) != plain, name
     # __init__ takes the same arguments (the engine type differs by design)
     assert list(inspect.signature(sync_cls.__init__).parameters) == \

@@ -1,0 +1,128 @@
+"""Conversation snapshots as files, written and read incrementally.
+
+``dump_state`` writes the same JSON document as ``save_state(...).to_json()``, laid
+out so that it can be read back one message at a time::
+
+    {"format":"memstore.conversation","version":1,"conversation":{...},"view":null,"messages":[
+    {...first message...},
+    {...second message...}
+    ]}
+
+The first line is everything but the messages and ends with ``"messages":[``; then
+one message per line (a comma ends every line but the last); then ``]}``. The file
+is plain JSON (``ConversationState.from_json`` reads it whole), and
+:func:`read_state` reads it with memory bounded by one message. A snapshot in any
+other layout (``to_json()`` written to a file) is read whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any, TextIO
+
+from pydantic import ValidationError
+
+from memstore.errors import InvalidInputError
+from memstore.models import Conversation, ConversationState, StoredMessage
+
+__all__ = ["is_file", "read_state", "write_state"]
+
+OPEN = ',"messages":['
+CLOSE = "]}"
+
+
+def is_file(value: Any) -> bool:
+    """Whether ``value`` looks like a text file object (has ``read``/``readline``)."""
+    return hasattr(value, "readline") and hasattr(value, "read")
+
+
+def write_state(
+    fp: TextIO, conversation: Conversation, view: dict[str, Any] | None,
+    messages: Iterable[StoredMessage],
+) -> int:
+    """Write a snapshot to ``fp`` one message per line; returns how many messages."""
+    head = ConversationState(conversation=conversation, messages=[], view=view)
+    text = head.model_dump_json(exclude={"messages"})
+    fp.write(text[:-1] + OPEN + "\n")
+    count = 0
+    pending: str | None = None
+    for message in messages:
+        if pending is not None:
+            fp.write(pending + ",\n")
+        pending = message.model_dump_json()
+        count += 1
+    if pending is not None:
+        fp.write(pending + "\n")
+    fp.write(CLOSE + "\n")
+    return count
+
+
+def read_state(fp: TextIO) -> tuple[ConversationState, Iterator[StoredMessage]]:
+    """Read a snapshot from ``fp``: its header (no messages) and an iterator of messages.
+
+    The iterator validates each message as it goes (a bad line raises
+    :class:`InvalidInputError` naming the line) and checks that seqs increase and
+    that every message belongs to the snapshot's conversation.
+    """
+    try:
+        first = fp.readline()
+    except UnicodeDecodeError as exc:
+        raise InvalidInputError(f"state line 1 is not UTF-8 text: {exc}") from None
+    if not isinstance(first, str):
+        raise InvalidInputError("load_state reads text files (open the file with mode 'r')")
+    stripped = first.rstrip("\r\n")
+    if not stripped.endswith(OPEN):
+        try:
+            rest = fp.read()
+        except UnicodeDecodeError as exc:
+            raise InvalidInputError(f"the snapshot is not UTF-8 text: {exc}") from None
+        state = ConversationState.model_validate_json(first + rest)
+        return state.model_copy(update={"messages": []}), iter(state.messages)
+    try:
+        head = ConversationState.model_validate_json(stripped + CLOSE)
+    except ValidationError as exc:
+        raise InvalidInputError(f"state line 1 is not a snapshot header: {exc}") from None
+    return head, _messages(fp, head.conversation.id)
+
+
+def _messages(fp: TextIO, cid: str) -> Iterator[StoredMessage]:
+    line_no = 1
+    previous: int | None = None
+    closed = False
+    while True:
+        try:
+            line = fp.readline()
+        except UnicodeDecodeError as exc:
+            raise InvalidInputError(f"state line {line_no + 1} is not UTF-8 text: {exc}") from None
+        if not line:
+            break
+        line_no += 1
+        text = line.strip()
+        if not text:
+            continue
+        if closed:
+            raise InvalidInputError(f"state line {line_no}: content after the end of the snapshot")
+        if text == CLOSE:
+            closed = True
+            continue
+        if text.endswith(","):
+            text = text[:-1]
+        try:
+            message = StoredMessage.model_validate_json(text)
+        except ValidationError as exc:
+            raise InvalidInputError(f"state line {line_no}: not a stored message: {exc}") from None
+        if message.conversation_id != cid:
+            raise InvalidInputError(
+                f"state line {line_no}: message seq {message.seq} belongs to "
+                f"{message.conversation_id!r}, not {cid!r}"
+            )
+        if previous is not None and message.seq <= previous:
+            raise InvalidInputError(
+                f"state line {line_no}: seq {message.seq} does not follow seq {previous}"
+            )
+        previous = message.seq
+        yield message
+    if not closed:
+        raise InvalidInputError(
+            f"the snapshot ends at line {line_no} without its closing {CLOSE!r} (truncated?)"
+        )

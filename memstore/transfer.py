@@ -1,0 +1,436 @@
+"""Moving conversations between databases: a streaming JSON Lines export and import.
+
+Example:
+    >>> import io
+    >>> from memstore import MemoryStore, Message, export_jsonl, import_jsonl
+    >>> source, target = MemoryStore("sqlite://"), MemoryStore("sqlite://")
+    >>> _ = source.extend("chat-1", [Message.user("Hello"), Message.assistant("Hi!")])
+    >>> buffer = io.StringIO()
+    >>> export_jsonl(source, buffer)
+    ExportResult(conversations=1, messages=2)
+    >>> _ = buffer.seek(0)
+    >>> import_jsonl(target, buffer).conversations[0].written
+    2
+    >>> _ = buffer.seek(0)
+    >>> import_jsonl(target, buffer).conversations[0].unchanged   # idempotent
+    2
+
+The format (``docs/export-format.md``): for each conversation a header line::
+
+    {"memstore_export":1,"type":"conversation","id":...,"created_at":...,
+     "updated_at":...,"metadata":{...},"message_count":N}
+
+then ``N`` lines, one per message, each the JSON of a :class:`StoredMessage` (every
+stored field: seq, id, created_at, role, content, name, tool_calls, tool_call_id,
+score, pinned, metadata, token_count, token_counter, conversation_id).
+
+Both directions stream: the export reads each conversation in keyset pages from
+one snapshot, the import writes each conversation in batches of
+:data:`IMPORT_BATCH` messages inside one transaction, so memory does not grow with
+a conversation's length.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, TextIO
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from memstore import _base, _ops
+from memstore.errors import ImportFormatError, InvalidInputError, MemstoreError
+from memstore.models import Conversation, StoredMessage
+
+if TYPE_CHECKING:
+    from memstore.store import MemoryStore
+
+__all__ = [
+    "EXPORT_VERSION",
+    "ExportResult",
+    "ImportResult",
+    "ImportedConversation",
+    "LoadReport",
+    "export_jsonl",
+    "import_jsonl",
+]
+
+#: The version of the line format written in every header's ``memstore_export``.
+EXPORT_VERSION = 1
+#: Messages read per page on export.
+EXPORT_PAGE = 1000
+#: Messages written per batch on import (all batches of a conversation: one transaction).
+IMPORT_BATCH = 500
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+_HEADER_FIELDS = frozenset({"id", "created_at", "updated_at", "metadata", "message_count"})
+
+Progress = Callable[[int], None]
+
+
+class ExportResult(BaseModel):
+    """What :func:`export_jsonl` wrote.
+
+    Attributes:
+        conversations: conversations exported (one header line each).
+        messages: message lines written.
+    """
+
+    model_config = _FROZEN
+
+    conversations: int
+    messages: int
+
+
+class ImportedConversation(BaseModel):
+    """What :func:`import_jsonl` did to one conversation.
+
+    Attributes:
+        id: the conversation written (the ``rename`` target when one was given).
+        written: messages stored by this import.
+        unchanged: messages already stored with the same client id and content
+            (a re-import stores nothing new).
+        replaced: an existing conversation was deleted first (``replace=True``).
+        recounted: messages whose token count (or counter) was recomputed: counts in
+            a file are not trusted.
+    """
+
+    model_config = _FROZEN
+
+    id: str
+    written: int
+    unchanged: int
+    replaced: bool
+    recounted: int = 0
+
+
+class ImportResult(BaseModel):
+    """What :func:`import_jsonl` did, one entry per conversation in file order."""
+
+    model_config = _FROZEN
+
+    conversations: list[ImportedConversation]
+
+
+class LoadReport(BaseModel):
+    """What :meth:`MemoryStore.restore_state` did.
+
+    Attributes:
+        conversation: the conversation as stored afterwards.
+        messages: messages in the snapshot.
+        written: messages stored.
+        recounted: messages whose stored token count (or counter) was replaced by a
+            fresh count: a snapshot's counts are never trusted. Counts made by a
+            counter this process can rebuild are recounted with it; the others with
+            the store's counter (and relabelled with its name).
+    """
+
+    model_config = _FROZEN
+
+    conversation: Conversation
+    messages: int
+    written: int
+    recounted: int
+
+
+# ---- export ---------------------------------------------------------------------------
+
+
+def _check_store(store: Any, what: str) -> None:
+    from memstore.store import MemoryStore
+
+    if not isinstance(store, MemoryStore):
+        raise InvalidInputError(
+            f"{what} takes a MemoryStore, not {type(store).__name__} (with an "
+            "AsyncMemoryStore, run it in a thread on a MemoryStore of the same URL)"
+        )
+
+
+def _header_line(conversation: Conversation) -> str:
+    body = conversation.model_dump_json(include=set(_HEADER_FIELDS))
+    return f'{{"memstore_export":{EXPORT_VERSION},"type":"conversation",{body[1:]}\n'
+
+
+def _all_ids(store: MemoryStore) -> Iterator[str]:
+    after: str | None = None
+    while True:
+        page = store.list_conversations(limit=EXPORT_PAGE, after=after)
+        for conversation in page:
+            yield conversation.id
+        if len(page) < EXPORT_PAGE:
+            return
+        after = page[-1].id
+
+
+def export_jsonl(
+    store: MemoryStore,
+    fp: TextIO,
+    conversation_ids: Iterable[str] | None = None,
+    *,
+    progress: Progress | None = None,
+) -> ExportResult:
+    """Write conversations to ``fp`` in memstore's JSON Lines export format.
+
+    Each conversation is read from one snapshot (its header and messages agree even
+    while others write) in keyset pages of :data:`EXPORT_PAGE` messages, so memory
+    stays flat however long it is.
+
+    Args:
+        store: the store to read.
+        fp: a text file open for writing.
+        conversation_ids: the conversations to export, in this order; ``None``
+            exports every conversation, in id order (listed in keyset pages).
+        progress: called with the number of messages written since its previous call.
+
+    Returns:
+        How many conversations and messages were written.
+
+    Raises:
+        ConversationNotFoundError: a requested conversation does not exist (the
+            conversations before it are already written).
+    """
+    _check_store(store, "export_jsonl")
+    if isinstance(conversation_ids, str):
+        raise InvalidInputError(
+            "conversation_ids must be a list of ids, not a single string"
+        )
+    ids = _all_ids(store) if conversation_ids is None else iter(conversation_ids)
+    conversations = messages = 0
+    for cid in ids:
+        stream = store._stream(_base.check_conversation_id(cid), None, None, EXPORT_PAGE)
+        for conversation, page in stream:
+            if conversation is not None:
+                fp.write(_header_line(conversation))
+                conversations += 1
+            if page:
+                fp.write("\n".join(m.model_dump_json() for m in page))
+                fp.write("\n")
+                messages += len(page)
+                if progress is not None:
+                    progress(len(page))
+    return ExportResult(conversations=conversations, messages=messages)
+
+
+# ---- import ---------------------------------------------------------------------------
+
+
+class _Lines:
+    """Numbered, parsed, non-blank lines of a file, with one line of lookahead."""
+
+    def __init__(self, fp: TextIO) -> None:
+        self._fp = fp
+        self._no = 0
+        self._ahead: tuple[int, dict[str, Any]] | None = None
+        self.last = 0
+
+    def peek(self) -> tuple[int, dict[str, Any]] | None:
+        if self._ahead is None:
+            self._ahead = self._read()
+        return self._ahead
+
+    def take(self) -> tuple[int, dict[str, Any]] | None:
+        item = self.peek()
+        self._ahead = None
+        return item
+
+    def _read(self) -> tuple[int, dict[str, Any]] | None:
+        while True:
+            try:
+                line = self._fp.readline()
+            except UnicodeDecodeError as exc:
+                raise ImportFormatError(self._no + 1, f"not UTF-8 text: {exc}") from None
+            if not line:
+                return None
+            if not isinstance(line, str):
+                raise ImportFormatError(1, "import_jsonl reads text files (open with mode 'r')")
+            self._no += 1
+            self.last = self._no
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except ValueError as exc:
+                raise ImportFormatError(self._no, f"not JSON: {exc}") from None
+            if not isinstance(value, dict):
+                raise ImportFormatError(self._no, "a line must hold a JSON object")
+            return self._no, value
+
+
+def _is_header(line: dict[str, Any]) -> bool:
+    return "memstore_export" in line
+
+
+def _header(line_no: int, line: dict[str, Any]) -> tuple[Conversation, int] | None:
+    """The conversation a header line describes, with its message count (None: skip)."""
+    version = line.get("memstore_export")
+    if version != EXPORT_VERSION:
+        raise ImportFormatError(
+            line_no, f"export format version {version!r} is not supported "
+            f"(this memstore reads version {EXPORT_VERSION})"
+        )
+    kind = line.get("type")
+    if kind == "summary":
+        return None  # reserved for conversation summaries; skipped by this version
+    if kind != "conversation":
+        raise ImportFormatError(line_no, f"unknown line type {kind!r}")
+    fields = {k: v for k, v in line.items() if k not in ("memstore_export", "type")}
+    missing = _HEADER_FIELDS - set(fields)
+    extra = set(fields) - _HEADER_FIELDS
+    if missing or extra:
+        what = (f"missing {', '.join(sorted(missing))}" if missing
+                else f"unknown fields {', '.join(sorted(extra))}")
+        raise ImportFormatError(line_no, f"bad conversation header: {what}")
+    count = fields["message_count"]
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise ImportFormatError(line_no, f"message_count must be an int >= 0, got {count!r}")
+    try:
+        conversation = Conversation.model_validate(fields)
+    except ValidationError as exc:
+        raise ImportFormatError(line_no, f"bad conversation header: {exc}") from None
+    return conversation, count
+
+
+def _message(line_no: int, line: dict[str, Any], cid: str, source: str | None) -> StoredMessage:
+    """A message line as a StoredMessage of conversation ``cid``.
+
+    ``source`` is the header's id: a line naming another conversation is an error.
+    Without a header (``rename`` given) the line's own ``conversation_id`` is ignored.
+    """
+    owner = line.get("conversation_id")
+    if source is not None and owner is not None and owner != source:
+        raise ImportFormatError(
+            line_no, f"the message belongs to conversation {owner!r}, not {source!r}"
+        )
+    try:
+        return StoredMessage.model_validate({**line, "conversation_id": cid})
+    except ValidationError as exc:
+        raise ImportFormatError(line_no, f"not a stored message: {exc}") from None
+
+
+def import_jsonl(
+    store: MemoryStore,
+    fp: TextIO,
+    *,
+    replace: bool = False,
+    rename: str | None = None,
+    progress: Progress | None = None,
+) -> ImportResult:
+    """Read memstore's JSON Lines export format from ``fp`` into ``store``.
+
+    Each conversation is written in one transaction, in batches of
+    :data:`IMPORT_BATCH` messages: all of it or nothing. A conversation that does
+    not exist is created with the header's fields and its messages keep every stored
+    field (seq, id, timestamps, score, pinned, metadata). For one that exists:
+
+    * by default messages are matched by id: one already stored with the same
+      content is ``unchanged`` (importing a file twice stores nothing new), a new
+      one is appended, one stored with other content is a :class:`ConflictError`;
+      the stored conversation's metadata is kept;
+    * ``replace=True`` deletes it first and writes the file's version.
+
+    Token counts in the file are not trusted: every message is recounted (see
+    :class:`ImportedConversation.recounted`).
+
+    Args:
+        store: the store to write.
+        fp: a text file open for reading.
+        replace: overwrite conversations that exist.
+        rename: import the file's one conversation under this id. The file may then
+            also be bare message lines with no header (``memstore messages CONV
+            --format jsonl``); a second conversation in the file is an error.
+        progress: called with the number of messages processed since its previous
+            call.
+
+    Returns:
+        One :class:`ImportedConversation` per conversation, in file order.
+
+    Raises:
+        ImportFormatError: a line is not valid (``.line`` is its 1-based number; its
+            conversation is untouched, the ones before it are imported and listed in
+            ``.imported``).
+        ConflictError: a message id is stored with other content.
+    """
+    _check_store(store, "import_jsonl")
+    target = _base.check_conversation_id(rename) if rename is not None else None
+    lines = _Lines(fp)
+    done: list[ImportedConversation] = []
+    try:
+        while (item := lines.peek()) is not None:
+            line_no, line = item
+            header: Conversation | None = None
+            expected: int | None = None
+            if _is_header(line):
+                lines.take()
+                parsed = _header(line_no, line)
+                if parsed is None:
+                    continue
+                header, expected = parsed
+            elif target is None:
+                raise ImportFormatError(
+                    line_no, "a message line before any conversation header "
+                    "(pass rename= to import bare message lines into one conversation)"
+                )
+            if target is not None and done:
+                raise ImportFormatError(
+                    line_no, "rename imports one conversation, and the file holds more"
+                )
+            done.append(_import_one(store, lines, line_no, header, expected, target,
+                                    replace, progress))
+    except ImportFormatError as exc:
+        exc.imported = list(done)
+        raise
+    return ImportResult(conversations=done)
+
+
+def _import_one(
+    store: MemoryStore, lines: _Lines, line_no: int, header: Conversation | None,
+    expected: int | None, target: str | None, replace: bool, progress: Progress | None,
+) -> ImportedConversation:
+    cid = target if target is not None else header.id if header is not None else ""
+    source = header.id if header is not None else None
+    recounter = _ops.Recounter(store.counter)
+    with store._write_connection() as conn:
+        loader = _ops.Loader(conn, cid, header, "replace" if replace else "merge", recounter)
+        batch: list[StoredMessage] = []
+        count = 0
+        previous: int | None = None
+        while (item := lines.peek()) is not None and not _is_header(item[1]):
+            lines.take()
+            number, raw = item
+            message = _message(number, raw, cid, source)
+            if previous is not None and (
+                message.seq <= previous or (loader.fresh and message.seq != previous + 1)
+            ):
+                raise ImportFormatError(
+                    number, f"seq {message.seq} does not follow seq {previous} (the seqs "
+                    "of a conversation are contiguous and increasing)"
+                )
+            previous = message.seq
+            batch.append(message)
+            count += 1
+            if len(batch) >= IMPORT_BATCH:
+                _add(loader, batch, number)
+                if progress is not None:
+                    progress(len(batch))
+                batch = []
+        if batch:
+            _add(loader, batch, lines.last)
+            if progress is not None:
+                progress(len(batch))
+        if expected is not None and count != expected:
+            raise ImportFormatError(
+                line_no, f"the header announces {expected} messages for conversation "
+                f"{source!r} and the file holds {count} (a truncated or edited file)"
+            )
+        loader.finish()
+    return ImportedConversation(id=cid, written=loader.written, unchanged=loader.unchanged,
+                                replaced=loader.replaced, recounted=recounter.recounted)
+
+
+def _add(loader: _ops.Loader, batch: list[StoredMessage], line_no: int) -> None:
+    try:
+        loader.add(batch)
+    except MemstoreError as exc:
+        if isinstance(exc, InvalidInputError) and not isinstance(exc, ImportFormatError):
+            raise ImportFormatError(line_no, str(exc)) from None
+        raise
