@@ -41,11 +41,13 @@ from memstore.models import (
     Message,
     Omission,
     StoredMessage,
+    Summary,
     TextPart,
     ToolCall,
     WindowReport,
 )
 from memstore.store import ChatContext, MemoryStore
+from memstore.summary_view import SummaryView
 from memstore.tokens import (
     ApproxCounter,
     FixedCounter,
@@ -105,6 +107,8 @@ __all__ = [
     "SchemaOutOfDateError",
     "ScoreBasedView",
     "StoredMessage",
+    "Summary",
+    "SummaryView",
     "TextPart",
     "TiktokenCounter",
     "TokenCounter",

@@ -21,7 +21,7 @@ inserted in chunks, so the event loop keeps running during a big ``extend``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -37,6 +37,7 @@ from memstore.models import (
     ConversationState,
     Message,
     StoredMessage,
+    Summary,
 )
 from memstore.tokens import TokenCounter
 from memstore.views import ContextView
@@ -257,6 +258,37 @@ class AsyncMemoryStore:
     ) -> Conversation:
         """Write a snapshot into a conversation (see :meth:`MemoryStore.load_state`)."""
         return await self._execute(self._plan.load_state(state, conversation_id, replace))  # type: ignore[no-any-return]
+
+    # ---- summaries ------------------------------------------------------------------
+
+    async def summarize(
+        self,
+        conversation_id: str,
+        summarizer: Callable[[list[Message]], str | Message | Awaitable[str | Message]],
+        *,
+        keep_tokens: int,
+        counter: TokenCounter | None = None,
+    ) -> Summary | None:
+        """Fold aged-out units into a new stored summary (see :meth:`MemoryStore.summarize`).
+
+        ``summarizer`` may be a coroutine function (awaited) or a plain callable (run
+        in a worker thread, so a blocking model call does not stall the event loop).
+        """
+        steps = self._plan.summarize(conversation_id, summarizer, keep_tokens, counter)
+        value: Any = None
+        while True:
+            try:
+                step = steps.send(value)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            if isinstance(step, Plan):
+                value = await self._execute(step)
+            else:
+                value = await step.call_async()
+
+    async def summaries(self, conversation_id: str) -> list[Summary]:
+        """Every stored summary of a conversation (see :meth:`MemoryStore.summaries`)."""
+        return await self._execute(self._plan.summaries(conversation_id))  # type: ignore[no-any-return]
 
 
 class AsyncChatContext:

@@ -1,0 +1,261 @@
+"""``SummaryView``: anchored messages, the latest stored summary, and the recent tail.
+
+A summary is stored by ``store.summarize`` (it is never computed by a view: views
+never write and never call a model). The view reads the latest summary, the
+anchored messages and the newest units after the summary's range, newest-first,
+and stops at the first unit that does not fit: its cost grows with the tail it
+shows, never with the summarized history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, cast
+
+from memstore.errors import ConfigurationError, ContextBudgetError
+from memstore.history import HistorySource, ListHistory
+from memstore.models import (
+    DEFAULT_SUMMARY_TEMPLATE,
+    ContextWindow,
+    Message,
+    Omission,
+    OmissionReason,
+    StoredMessage,
+    Summary,
+    WindowReport,
+    build_trusted,
+)
+from memstore.tokens import TokenCounter
+from memstore.units import BackwardUnits, ReverseReader, Unit
+from memstore.views import (
+    _VIEW_CLASSES,
+    ContextView,
+    _budget_page,
+    _check_budget_params,
+    _check_counter,
+    _Ledger,
+    _normalize_tools,
+)
+
+__all__ = ["SummaryView"]
+
+
+def _priming(counter: TokenCounter) -> int:
+    """Reply priming: what an empty request costs (``count_messages([])``)."""
+    return counter.count_messages([])
+
+
+def _tools_tokens(view: str, counter: TokenCounter, tools: Sequence[Mapping[str, Any]] | None
+                  ) -> int:
+    if not tools:
+        return 0
+    count_tools = getattr(counter, "count_tools", None)
+    if count_tools is None:
+        raise ConfigurationError(
+            f"{view} has tool schemas but counter {counter.name!r} cannot count them "
+            "(it has no count_tools)"
+        )
+    return int(count_tools(tools))
+
+
+class _SummaryLedger(_Ledger):
+    """The views' ledger, with the seqs a summary stands for reported as ``"summarized"``."""
+
+    def __init__(self, view: ContextView, source: HistorySource, counter: TokenCounter,
+                 summary: Summary | None) -> None:
+        super().__init__(view, source, counter, "budget")
+        self.summary = summary
+        # Seqs up to here are the summary's; unread seqs after it did not fit.
+        self.boundary = summary.last_seq if summary is not None else source.first_seq - 1
+
+    def omissions(self) -> list[Omission]:
+        runs: list[Omission] = []
+
+        def add(first: int, last: int, reason: OmissionReason) -> None:
+            if runs and runs[-1].reason == reason and runs[-1].last_seq == first - 1:
+                first = runs.pop().first_seq
+            runs.append(build_trusted(Omission, {
+                "first_seq": first, "last_seq": last, "count": last - first + 1,
+                "reason": reason,
+            }))
+
+        def gap(first: int, last: int) -> None:
+            if first <= self.boundary:
+                add(first, min(last, self.boundary), "summarized")
+            if last > self.boundary:
+                add(max(first, self.boundary + 1), last, "budget")
+
+        if self.source.message_count == 0:
+            return runs
+        kept, reasons = self.kept, self.reasons
+        prev = self.source.first_seq - 1
+        for seq in sorted(kept.keys() | reasons.keys()):
+            if seq > prev + 1:
+                gap(prev + 1, seq - 1)
+            if seq not in kept:
+                add(seq, seq, reasons[seq])
+            prev = seq
+        if prev < self.source.last_seq:
+            gap(prev + 1, self.source.last_seq)
+        return runs
+
+    def finish(self, budget: int, summary_message: Message | None,
+               summary_tokens: int) -> ContextWindow:
+        kept = self.kept
+        stored = [kept[s] for s in sorted(kept)]
+        counter = self.counter
+        name = counter.name
+        tokens = 0
+        for m in stored:
+            tokens += m.token_count if m.token_counter == name else counter.count_message(m)
+        messages: list[StoredMessage | Message] = list(stored)
+        if summary_message is not None:
+            assert self.summary is not None
+            index = sum(1 for m in stored if m.seq <= self.summary.last_seq)
+            messages.insert(index, summary_message)
+            tokens += summary_tokens
+        if messages:
+            tokens += _priming(counter)
+        omitted = self.omissions()
+        report = build_trusted(WindowReport, {
+            "view": type(self.view).__name__,
+            "counter": name,
+            "conversation_message_count": self.source.message_count,
+            "included_count": len(stored),
+            "omitted": omitted,
+            "placeholder": None,
+            "skipped": 0,
+            "rows_read": self.source.rows_read,
+            "summary_range": self.summary.seq_range if self.summary is not None else None,
+            "unsummarized": sum(o.count for o in omitted if o.reason == "budget"),
+        })
+        return build_trusted(ContextWindow, {
+            "conversation_id": self.source.conversation_id,
+            "messages": messages,
+            "token_count": tokens,
+            "budget": budget,
+            "report": report,
+        })
+
+
+@dataclass(frozen=True)
+class SummaryView(ContextView):
+    """Anchored messages, the latest stored summary, then the newest units that fit.
+
+    Rule: charge the anchored messages, the latest summary (stored by
+    ``store.summarize``, rendered as one ``system`` message from ``template``) and
+    the newest complete unit after the summary's range (raise
+    :class:`~memstore.errors.ContextBudgetError` if they do not fit), then walk units
+    back from the newest, never into the summary's range, and stop at the first that
+    does not fit (a contiguous suffix, as :class:`TokenLimitedView`). The summary
+    message is a plain :class:`~memstore.models.Message` (not stored, no seq) placed
+    after the kept messages its range covers, with metadata
+    ``{"memstore": {"summary": True, "first_seq": ..., "last_seq": ...}}``. Without a
+    summary the view is a ``TokenLimitedView``. Omitted reasons: ``"summarized"``
+    (inside the summary's range), ``"budget"``. The report's ``summary_range`` is the
+    summary's ``(first_seq, last_seq)``; ``unsummarized`` counts the stored messages
+    after the range that the window neither shows nor summarizes (the ``"budget"``
+    ones: 0 right after ``summarize`` when the kept tail fits). Reads the summary row,
+    the anchored messages and the tail it shows: never the summarized history.
+
+    Reference: contexty's ``Summarize`` strategy and the summary buffers of the
+    persistence peers (LangChain's summary memory).
+
+    Differences: those call the model on every overflow and keep the summary in
+    process memory; memstore stores each summary once, with the seq range it
+    stands for, so a window never calls a model and a restarted agent gets the same
+    window. The original messages stay stored, so every other view is unchanged.
+
+    Args:
+        token_limit: the budget (>= 1).
+        reserve: tokens to leave free (>= 0, < token_limit).
+        tools: tool schemas, counted into the reserve.
+        template: ``str.format`` template of the summary message with ``{first}``,
+            ``{last}`` (its seq range) and ``{text}``.
+        counter: the counter to use instead of the store's.
+
+    Raises:
+        ConfigurationError: (a ``ValueError``) an invalid parameter.
+    """
+
+    budgeted: ClassVar[bool] = True
+
+    token_limit: int
+    reserve: int = 0
+    tools: Sequence[Mapping[str, Any]] | None = field(default=None, hash=False)
+    template: str = DEFAULT_SUMMARY_TEMPLATE
+    counter: TokenCounter | None = None
+
+    def __post_init__(self) -> None:
+        name = "SummaryView"
+        _check_budget_params(name, self.token_limit, self.reserve)
+        if not isinstance(self.template, str):
+            raise ConfigurationError(f"{name} template must be a str, got {self.template!r}")
+        try:
+            self.template.format(first=1, last=2, text="summary")
+        except (KeyError, IndexError, ValueError, AttributeError) as exc:
+            raise ConfigurationError(
+                f"{name} template {self.template!r} does not format with {{first}}, "
+                f"{{last}} and {{text}}: {exc!r}"
+            ) from exc
+        _check_counter(name, self.counter)
+        object.__setattr__(self, "tools", _normalize_tools(name, self.tools))
+
+    def apply(self, messages: Sequence[StoredMessage], counter: TokenCounter,
+              summaries: Sequence[Summary] = ()) -> ContextWindow:
+        """Build the window over a list of stored messages and their summaries."""
+        return self.select(ListHistory(messages, summaries=summaries), counter)
+
+    def _required(self, counter: TokenCounter, anchored: int, summary: int,
+                  newest: int) -> int:
+        """The budget left after the required part, or ContextBudgetError."""
+        tools = _tools_tokens("SummaryView", counter, self.tools)
+        priming = _priming(counter)
+        required = anchored + summary + newest + priming + self.reserve + tools
+        if required > self.token_limit:
+            raise ContextBudgetError(
+                f"SummaryView: the anchored messages ({anchored} tokens), the summary "
+                f"({summary}) and the newest unit ({newest}) with reply priming ({priming}), "
+                f"reserve ({self.reserve}) and tool schemas ({tools}) need {required} "
+                f"tokens; token_limit is {self.token_limit}",
+                required=required,
+                budget=self.token_limit,
+            )
+        return self.token_limit - required
+
+    def select(self, source: HistorySource, counter: TokenCounter) -> ContextWindow:
+        """Keep anchored messages, the latest summary and the newest units that fit."""
+        reader_of = getattr(source, "latest_summary", None)
+        summary = cast(Summary | None, reader_of()) if reader_of is not None else None
+        ledger = _SummaryLedger(self, source, counter, summary)
+        message = summary.to_message(self.template) if summary is not None else None
+        summary_tokens = counter.count_message(message) if message is not None else 0
+        if source.message_count == 0:
+            if message is not None:
+                self._required(counter, 0, summary_tokens, 0)
+            return ledger.finish(self.token_limit, message, summary_tokens)
+        anchors = ledger.anchor()
+        anchored_tokens = anchors.tokens(counter)
+        floor = summary.last_seq + 1 if summary is not None else None
+        reader = ReverseReader(source, floor=floor,
+                               first_page=_budget_page(source, self.token_limit))
+        kept: list[Unit] = []
+        remaining = 0
+        for unit in ledger.candidates(BackwardUnits(reader)):
+            tokens = unit.tokens(counter)
+            if not kept:
+                remaining = self._required(counter, anchored_tokens, summary_tokens, tokens)
+            elif tokens > remaining:
+                ledger.omit(unit, "budget")
+                break
+            else:
+                remaining -= tokens
+            ledger.keep(unit)
+            kept.append(unit)
+        if not kept and (anchors.units or message is not None):
+            self._required(counter, anchored_tokens, summary_tokens, 0)
+        return ledger.finish(self.token_limit, message, summary_tokens)
+
+
+_VIEW_CLASSES[SummaryView.__name__] = SummaryView
