@@ -159,13 +159,17 @@ class SummaryView(ContextView):
     ones: 0 right after ``summarize`` when the kept tail fits). Reads the summary row,
     the anchored messages and the tail it shows: never the summarized history.
 
-    Reference: contexty's ``Summarize`` strategy and the summary buffers of the
-    persistence peers (LangChain's summary memory).
+    Reference: contexty's ``Summarize`` strategy, agentflow's
+    ``SummaryContextManager``, LangChain's ``SummarizationMiddleware``.
 
-    Differences: those call the model on every overflow and keep the summary in
-    process memory; memstore stores each summary once, with the seq range it
-    stands for, so a window never calls a model and a restarted agent gets the same
-    window. The original messages stay stored, so every other view is unchanged.
+    Differences: contexty calls the summarizer again on every compile that
+    overflows and keeps nothing; agentflow keeps one ``context_summary`` in the
+    agent's state; LangChain rewrites the stored state as "remove all", the
+    summary, then the kept messages, so the originals are gone. memstore stores
+    each summary once, as a row with the seq range it stands for, folded in
+    incrementally by ``store.summarize``: a window never calls a model, a
+    restarted agent gets the same window, and the original messages stay stored,
+    so every other view is unchanged.
 
     Args:
         token_limit: the budget (>= 1).
