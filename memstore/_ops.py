@@ -42,8 +42,8 @@ from memstore.models import (
     ToolCall,
     build_trusted,
 )
+from memstore.summary_view import plan_fold
 from memstore.tokens import TokenCounter
-from memstore.units import BackwardUnits, ReverseReader
 
 __all__ = ["Prepared", "SQLHistory", "StaleRead", "SummaryDraft"]
 
@@ -818,45 +818,14 @@ def summarize_read(
 ) -> SummaryDraft:
     """Find the units ``summarize`` folds in (read in one snapshot; writes nothing).
 
-    Walks the units newer than the previous summary newest-first: complete,
-    non-anchored units are kept while their tokens total at most ``keep_tokens``;
-    the first that does not fit and every older one down to the previous summary's
-    range are folded. Anchored units (kept by every view anyway) and incomplete units
-    (never sent anywhere) are not given to the summarizer, but the new range covers
-    them. Reads the kept units and the folded ones: O(what changed since the last
-    summary), never the summarized history again.
+    See :func:`memstore.summary_view.plan_fold`: reads the kept units and the
+    folded ones, O(what changed since the last summary), never the summarized
+    history again.
     """
     source = SQLHistory(conn, cid)
-    previous = source.latest_summary()
-    floor = source.first_seq
-    if previous is not None:
-        floor = max(floor, previous.last_seq + 1)
-    empty = SummaryDraft(cid, source.epoch, previous, [], 0, 0)
-    if floor > source.last_seq:
-        return empty
-    count, total = source.message_count, source.token_total
-    first_page = 32 if total <= 0 else min(max(int(keep_tokens * count / total * 1.2) + 8, 8),
-                                           2048)
-    units = BackwardUnits(ReverseReader(source, floor=floor, first_page=first_page))
-    kept = 0
-    cut: int | None = None
-    folded: list[StoredMessage] = []
-    for unit in units:
-        if cut is None:
-            if not unit.complete or unit.anchored:
-                continue
-            tokens = unit.tokens(counter)
-            if kept + tokens <= keep_tokens:
-                kept += tokens
-                continue
-            cut = unit.last_seq + 1
-        if unit.complete and not unit.anchored and unit.last_seq < cut:
-            folded.extend(unit.messages)
-    if cut is None or not folded:
-        return empty
-    folded.sort(key=lambda m: m.seq)
-    first = previous.first_seq if previous is not None else folded[0].seq
-    return SummaryDraft(cid, source.epoch, previous, folded, first, cut - 1)
+    fold = plan_fold(source, keep_tokens, counter)
+    return SummaryDraft(cid, source.epoch, fold.previous, fold.messages, fold.first_seq,
+                        fold.last_seq)
 
 
 def summarize_write(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, NamedTuple, cast
 
 from memstore.errors import ConfigurationError, ContextBudgetError
 from memstore.history import HistorySource, ListHistory
@@ -38,7 +38,7 @@ from memstore.views import (
     _normalize_tools,
 )
 
-__all__ = ["SummaryView"]
+__all__ = ["Fold", "SummaryView", "plan_fold"]
 
 
 def _priming(counter: TokenCounter) -> int:
@@ -59,6 +59,72 @@ def _tools_tokens(view: str, counter: TokenCounter, tools: Sequence[Mapping[str,
     return int(count_tools(tools))
 
 
+def _latest_summary(source: HistorySource) -> Summary | None:
+    """The source's latest summary; ``None`` for a source that predates summaries."""
+    read = getattr(source, "latest_summary", None)
+    return cast(Summary | None, read()) if read is not None else None
+
+
+class Fold(NamedTuple):
+    """What ``store.summarize`` folds into a new summary (see :func:`plan_fold`).
+
+    Attributes:
+        previous: the latest summary, which the new one extends (or ``None``).
+        messages: the messages to summarize, chronological (empty: nothing to do).
+        first_seq: the new summary's first seq (the previous one's, else the first
+            folded message's).
+        last_seq: the new summary's last seq.
+    """
+
+    previous: Summary | None
+    messages: list[StoredMessage]
+    first_seq: int
+    last_seq: int
+
+
+def plan_fold(source: HistorySource, keep_tokens: int, counter: TokenCounter) -> Fold:
+    """Choose the units a new summary folds in (pure: reads ``source``, writes nothing).
+
+    Walks the units newer than the latest summary's range newest-first. Complete,
+    non-anchored units are kept out of the summary while their tokens total at most
+    ``keep_tokens``; the first that does not fit and every older complete,
+    non-anchored unit down to the previous range are folded, and the new range ends
+    at that first unit's last seq. Anchored units (every view keeps them) and
+    incomplete units (never sent anywhere) are not folded, but a range may cover
+    them; a pending call at the end is never covered, since it is newer than every
+    complete unit. Units are never split. Reads the kept and the folded units only.
+    """
+    previous = _latest_summary(source)
+    floor = source.first_seq
+    if previous is not None:
+        floor = max(floor, previous.last_seq + 1)
+    nothing = Fold(previous, [], 0, 0)
+    if floor > source.last_seq:
+        return nothing
+    units = BackwardUnits(ReverseReader(
+        source, floor=floor, first_page=_budget_page(source, max(keep_tokens, 1))
+    ))
+    kept = 0
+    cut: int | None = None
+    folded: list[StoredMessage] = []
+    for unit in units:
+        if not unit.complete or unit.anchored:
+            continue
+        if cut is None:
+            tokens = unit.tokens(counter)
+            if kept + tokens <= keep_tokens:
+                kept += tokens
+                continue
+            cut = unit.last_seq + 1
+        if unit.last_seq < cut:
+            folded.extend(unit.messages)
+    if cut is None or not folded:
+        return nothing
+    folded.sort(key=lambda m: m.seq)
+    first = previous.first_seq if previous is not None else folded[0].seq
+    return Fold(previous, folded, first, cut - 1)
+
+
 class _SummaryLedger(_Ledger):
     """The views' ledger, with the seqs a summary stands for reported as ``"summarized"``."""
 
@@ -68,6 +134,15 @@ class _SummaryLedger(_Ledger):
         self.summary = summary
         # Seqs up to here are the summary's; unread seqs after it did not fit.
         self.boundary = summary.last_seq if summary is not None else source.first_seq - 1
+
+    def omit(self, unit: Unit, reason: OmissionReason) -> None:
+        # A summary ending inside a unit (only a hand-made one can: summarize ends its
+        # ranges after a complete unit) makes the tail walk see that unit's tool
+        # results as orphans; when the unit is anchored, its messages are already kept
+        # whole and must stay.
+        if reason == "incomplete_unit" and all(m.seq in self.kept for m in unit.messages):
+            return
+        super().omit(unit, reason)
 
     def omissions(self) -> list[Omission]:
         runs: list[Omission] = []
@@ -113,6 +188,10 @@ class _SummaryLedger(_Ledger):
         if summary_message is not None:
             assert self.summary is not None
             index = sum(1 for m in stored if m.seq <= self.summary.last_seq)
+            # Never between a call and its results (a kept unit straddling the end of a
+            # hand-made summary's range): go back to the start of that unit.
+            while 0 < index < len(stored) and stored[index].role == "tool":
+                index -= 1
             messages.insert(index, summary_message)
             tokens += summary_tokens
         if messages:
@@ -230,8 +309,7 @@ class SummaryView(ContextView):
 
     def select(self, source: HistorySource, counter: TokenCounter) -> ContextWindow:
         """Keep anchored messages, the latest summary and the newest units that fit."""
-        reader_of = getattr(source, "latest_summary", None)
-        summary = cast(Summary | None, reader_of()) if reader_of is not None else None
+        summary = _latest_summary(source)
         ledger = _SummaryLedger(self, source, counter, summary)
         message = summary.to_message(self.template) if summary is not None else None
         summary_tokens = counter.count_message(message) if message is not None else 0
