@@ -649,3 +649,55 @@ def test_summaries_doc_example_runs_and_prints_what_it_says(
     assert len(code) == 1 and printed
     exec(compile(code[0], "summaries.md", "exec"), {"__name__": "__docs__"})
     assert capsys.readouterr().out == printed[0]
+
+
+# ---- windows read without a transaction --------------------------------------------------
+
+
+@pytest.mark.parametrize("change", ["pop", "summarize", "clear"])
+@pytest.mark.parametrize("reader", ["sync", "async"])
+async def test_a_change_between_the_window_statements_is_never_half_seen(
+    db_url: str, counter: FixedCounter, monkeypatch: Any, change: str, reader: str
+) -> None:
+    """A summary view reads its row, then the summary, then the tail: a write in between
+    either leaves what it read valid or makes it read again in one snapshot."""
+    from memstore import _ops
+
+    writer = MemoryStore(db_url, counter=counter)
+    writer.extend("c", [Message.system("sys"), *turns(10)])
+    writer.summarize("c", lambda ms: "first", keep_tokens=0)  # covers 2..21
+    writer.extend("c", turns(3, start=10))  # 22..27
+    real_execute = _ops.SQLHistory._execute
+    calls: list[tuple[str, bool]] = []
+
+    def execute(self: Any, name: str, values: dict[str, Any]) -> Any:
+        calls.append((name, self._checked))
+        if name == "latest_summary" and len(calls) == 2:
+            if change == "pop":
+                writer.pop("c", 8)  # the summary covered 21: it goes
+            elif change == "summarize":
+                writer.summarize("c", lambda ms: "second", keep_tokens=10)
+            else:
+                writer.clear("c")
+                writer.extend("c", turns(2))
+        return real_execute(self, name, values)
+
+    monkeypatch.setattr(_ops.SQLHistory, "_execute", execute)
+    view = SummaryView(token_limit=200)
+    store: Any = (MemoryStore(db_url, counter=counter) if reader == "sync"
+                  else AsyncMemoryStore(db_url, counter=counter))
+    try:
+        window = await call(store.window("c", view))
+    finally:
+        await call(store.close())
+        monkeypatch.undo()
+    fresh = writer.window("c", view)
+    writer.close()
+    assert calls[0] == ("conversation", True) and calls[1] == ("latest_summary", True)
+    if change == "summarize":
+        # no message changed: the new summary ends within the rows first read, so the
+        # window may use it, and it then equals a fresh read
+        assert window == fresh and window.report.summary_range == (2, 25)
+    else:
+        assert ("conversation", False) in calls  # read again in one snapshot
+        assert window == fresh
