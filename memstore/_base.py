@@ -12,7 +12,7 @@ import asyncio
 import inspect
 import math
 import uuid
-from collections.abc import Callable, Generator, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -41,6 +41,10 @@ MigrateMode = Literal["auto", "check", "upgrade", "off"]
 MIGRATE_MODES = ("auto", "check", "upgrade", "off")
 
 MessageLike = Message | Mapping[str, Any]
+
+#: What ``summarize`` calls: messages in, the summary's text (or a Message) out.
+#: ``MemoryStore`` needs a synchronous one; ``AsyncMemoryStore`` also awaits coroutines.
+Summarizer = Callable[[list[Message]], str | Message | Awaitable[str | Message]]
 
 
 def run_in_transaction(

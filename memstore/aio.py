@@ -21,13 +21,13 @@ inserted in chunks, so the event loop keeps running during a big ``extend``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memstore import _base
-from memstore._base import MessageLike, MigrateMode, Plan
+from memstore._base import MessageLike, MigrateMode, Plan, Summarizer
 from memstore._cache import DEFAULT_CACHE_SIZE, CacheInfo
 from memstore._engine import make_async_engine, write_options
 from memstore.errors import ConversationNotFoundError, translate_db_errors
@@ -264,7 +264,7 @@ class AsyncMemoryStore:
     async def summarize(
         self,
         conversation_id: str,
-        summarizer: Callable[[list[Message]], str | Message | Awaitable[str | Message]],
+        summarizer: Summarizer,
         *,
         keep_tokens: int,
         counter: TokenCounter | None = None,

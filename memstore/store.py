@@ -17,13 +17,13 @@ methods built from the same plans; only the ``await`` differs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy import Engine
 
 from memstore import _base
-from memstore._base import MessageLike, MigrateMode, Plan
+from memstore._base import MessageLike, MigrateMode, Plan, Summarizer
 from memstore._cache import DEFAULT_CACHE_SIZE, CacheInfo
 from memstore._engine import make_engine, write_options
 from memstore.errors import ConversationNotFoundError, translate_db_errors
@@ -278,7 +278,7 @@ class MemoryStore:
     def summarize(
         self,
         conversation_id: str,
-        summarizer: Callable[[list[Message]], str | Message],
+        summarizer: Summarizer,
         *,
         keep_tokens: int,
         counter: TokenCounter | None = None,
@@ -304,7 +304,8 @@ class MemoryStore:
 
         Args:
             conversation_id: the conversation.
-            summarizer: ``list[Message] -> str | Message``, synchronous.
+            summarizer: ``list[Message] -> str | Message``, synchronous (an async one
+                is refused: use :class:`~memstore.AsyncMemoryStore`).
             keep_tokens: tokens of recent units to leave out of the summary (>= 0).
             counter: counts ``keep_tokens`` and the summary (default: the store's).
 
