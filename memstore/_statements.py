@@ -300,15 +300,28 @@ def _hot_statements() -> dict[str, Any]:
         ),
         # The newest summary ending at or before ``last`` (the window's snapshot of
         # last_seq), while the conversation's epoch is the window's: one row with NULL
-        # summary columns when there is none, no row when the epoch moved.
+        # summary columns when there is none, no row when the epoch moved. The number
+        # is found by an uncorrelated subquery (evaluated once: a backward walk of the
+        # primary key that stops at the first match, the newest summary as a rule),
+        # then the row is joined by its key: no cost per older summary.
         "latest_summary": select(*SUMMARY_COLUMNS[1:]).select_from(
             conversations.outerjoin(summaries, and_(
-                S.conversation_id == C.id, S.last_seq <= bindparam("last", type_=BigInteger)
+                S.conversation_id == C.id,
+                S.number == _latest_number(cid, bindparam("last", type_=BigInteger)),
             ))
-        ).where(
-            C.id == cid, C.epoch == bindparam("epoch", type_=BigInteger)
-        ).order_by(S.number.desc()).limit(1),
+        ).where(C.id == cid, C.epoch == bindparam("epoch", type_=BigInteger)),
     }
+
+
+def _latest_number(cid: BindParameter[str], last: BindParameter[int]) -> Any:
+    inner = summaries.alias("latest")
+    return (
+        select(inner.c.number)
+        .where(inner.c.conversation_id == cid, inner.c.last_seq <= last)
+        .order_by(inner.c.number.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
 
 
 class CompiledSQL:
