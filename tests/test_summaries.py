@@ -701,3 +701,19 @@ async def test_a_change_between_the_window_statements_is_never_half_seen(
     else:
         assert ("conversation", False) in calls  # read again in one snapshot
         assert window == fresh
+
+
+def test_the_latest_summary_read_uses_the_key_on_sqlite(tmp_path: Path) -> None:
+    from memstore import _statements as q
+
+    with MemoryStore(f"sqlite:///{tmp_path / 'plan.db'}",
+                     counter=FixedCounter(per_message=1)) as store:
+        for i in range(6):
+            store.extend("c", turns(2, start=2 * i))
+            store.summarize("c", lambda ms: "gist", keep_tokens=2)
+        with store.engine.connect() as conn:
+            compiled = q.hot(conn.dialect, "latest_summary")
+            plan = " ".join(str(r) for r in conn.exec_driver_sql(
+                "EXPLAIN QUERY PLAN " + compiled.sql,
+                compiled.params({"cid": "c", "last": 100, "epoch": 1})).fetchall())
+    assert "SCAN" not in plan and "TEMP B-TREE" not in plan, plan
