@@ -717,3 +717,29 @@ def test_the_latest_summary_read_uses_the_key_on_sqlite(tmp_path: Path) -> None:
                 "EXPLAIN QUERY PLAN " + compiled.sql,
                 compiled.params({"cid": "c", "last": 100, "epoch": 1})).fetchall())
     assert "SCAN" not in plan and "TEMP B-TREE" not in plan, plan
+
+
+# ---- with the context builder ------------------------------------------------------------
+
+
+async def test_a_history_block_can_read_through_a_summary_view(store: Any) -> None:
+    from memstore import Block, ContextBuilder, HistoryBlock, Strict, Tier
+
+    await chat(store, "c", 60)
+    await call(store.summarize("c", Folder(), keep_tokens=30))
+    builder = ContextBuilder(400, counter=store.counter).add_block(
+        Block("persona", tier=Tier.SYSTEM, strategy=Strict(),
+              messages=[Message.system("Be brief.")])
+    ).add_block(
+        Block("history", tier=Tier.HISTORY, strategy=Strict(),
+              history=HistoryBlock(store, "c", SummaryView(token_limit=50)))
+    )
+    compiled = (await builder.acompile() if isinstance(store, AsyncMemoryStore)
+                else builder.compile())
+    report = compiled.report.history_reports["history"]
+    assert report.view == "SummaryView" and report.summary_range == (2, 115)
+    assert report.unsummarized == 0 and report.rows_read == 1 + 6  # system + kept tail
+    texts = [m.text for m in compiled.messages]
+    assert texts[:2] == ["Be brief.", "You are terse."]
+    assert texts[2].startswith("Summary of messages 2–115: 2 3 4")
+    assert compiled.token_count == store.counter.count_messages(compiled.messages) <= 400
