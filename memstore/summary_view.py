@@ -9,10 +9,13 @@ shows, never with the summarized history.
 
 from __future__ import annotations
 
+import re
+import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple, cast
 
+from memstore._validate import short_repr, text_problem
 from memstore.errors import ConfigurationError, ContextBudgetError
 from memstore.history import HistorySource, ListHistory
 from memstore.models import (
@@ -29,7 +32,9 @@ from memstore.models import (
 from memstore.tokens import TokenCounter
 from memstore.units import BackwardUnits, ReverseReader, Unit
 from memstore.views import (
+    _MAX_SPEC_NUMBER,
     _VIEW_CLASSES,
+    MAX_PLACEHOLDER_CHARS,
     ContextView,
     _budget_page,
     _check_budget_params,
@@ -39,6 +44,53 @@ from memstore.views import (
 )
 
 __all__ = ["Fold", "SummaryView", "plan_fold"]
+
+
+_TEMPLATE_FIELDS = ("first", "last", "text")
+
+
+def _check_summary_template(template: object) -> None:
+    """Validate a summary template: ``{first}``/``{last}``/``{text}`` fields only.
+
+    The rules of the placeholder templates: storable text of at most
+    ``MAX_PLACEHOLDER_CHARS`` characters, no attribute or index access, no format
+    spec asking for widths or precisions above 200.
+    """
+    where = "SummaryView template"
+    if not isinstance(template, str):
+        raise ConfigurationError(f"{where} must be a str, got {short_repr(template)}")
+    if len(template) > MAX_PLACEHOLDER_CHARS:
+        raise ConfigurationError(
+            f"{where} is {len(template)} characters long; the maximum is {MAX_PLACEHOLDER_CHARS}"
+        )
+    problem = text_problem(template)
+    if problem is not None:
+        raise ConfigurationError(f"{where} {problem}")
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise ConfigurationError(f"{where} {template!r} is not a format string: {exc}") from exc
+    for _literal, name, spec, _conversion in parsed:
+        if name is None:
+            continue
+        if name not in _TEMPLATE_FIELDS:
+            raise ConfigurationError(
+                f"{where} {template!r} has the field {{{name}}}; only {{first}}, {{last}} "
+                "and {text} are available"
+            )
+        if spec and ("{" in spec or any(
+                len(d) > 3 or int(d) > _MAX_SPEC_NUMBER for d in re.findall(r"\d+", spec))):
+            raise ConfigurationError(
+                f"{where} {template!r}: the format spec {spec!r} asks for more than "
+                f"{_MAX_SPEC_NUMBER} characters (or nests a field)"
+            )
+    try:
+        template.format(first=1, last=2, text="summary")
+    except (KeyError, IndexError, ValueError, AttributeError, TypeError) as exc:
+        raise ConfigurationError(
+            f"{where} {template!r} does not format with {{first}}, {{last}} and {{text}}: "
+            f"{exc!r}"
+        ) from exc
 
 
 def _priming(counter: TokenCounter) -> int:
@@ -273,15 +325,7 @@ class SummaryView(ContextView):
     def __post_init__(self) -> None:
         name = "SummaryView"
         _check_budget_params(name, self.token_limit, self.reserve)
-        if not isinstance(self.template, str):
-            raise ConfigurationError(f"{name} template must be a str, got {self.template!r}")
-        try:
-            self.template.format(first=1, last=2, text="summary")
-        except (KeyError, IndexError, ValueError, AttributeError) as exc:
-            raise ConfigurationError(
-                f"{name} template {self.template!r} does not format with {{first}}, "
-                f"{{last}} and {{text}}: {exc!r}"
-            ) from exc
+        _check_summary_template(self.template)
         _check_counter(name, self.counter)
         object.__setattr__(self, "tools", _normalize_tools(name, self.tools))
 
