@@ -168,7 +168,8 @@ async def test_summarize_accepts_a_message_and_another_counter(store: Any) -> No
 
 async def test_summarize_rejects_bad_input_and_writes_nothing(store: Any) -> None:
     await chat(store, "c", 4)
-    bad_results: list[Any] = [None, 42, "", "   ", "nul\x00", Message.assistant(tool_calls=[
+    bad_results: list[Any] = [None, 42, "", "   ", "nul\x00", "lone \ud800",
+                              Message.assistant(tool_calls=[
         ToolCall(id="x", name="f", arguments="{}")])]
     for bad in bad_results:
         with pytest.raises(InvalidInputError):
@@ -345,6 +346,11 @@ def test_summary_view_configuration() -> None:
     assert view_from_config(json.loads(json.dumps(config))) == view
     for bad in ({"token_limit": 0}, {"token_limit": 10, "reserve": 10},
                 {"token_limit": 10, "template": "{nope}"}, {"token_limit": 10, "template": 3},
+                {"token_limit": 10, "template": "{first.real}"},
+                {"token_limit": 10, "template": "{text:>99999}"},
+                {"token_limit": 10, "template": "{text"},
+                {"token_limit": 10, "template": "bad \ud800 {text}"},
+                {"token_limit": 10, "template": "x" * 5000},
                 {"token_limit": 10, "counter": "x"}):
         with pytest.raises(ValueError):
             SummaryView(**bad)
