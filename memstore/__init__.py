@@ -60,11 +60,13 @@ from memstore.models import (
     Message,
     Omission,
     StoredMessage,
+    Summary,
     TextPart,
     ToolCall,
     WindowReport,
 )
 from memstore.store import ChatContext, MemoryStore
+from memstore.summary_view import SummaryView
 from memstore.tokens import (
     ApproxCounter,
     BaseTokenCounter,
@@ -152,6 +154,8 @@ __all__ = [
     "Strategy",
     "Strict",
     "Summarize",
+    "Summary",
+    "SummaryView",
     "TextPart",
     "Tier",
     "TiktokenCounter",

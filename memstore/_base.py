@@ -8,12 +8,14 @@ selection in :mod:`memstore.views`) is written once, here and there.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
+import inspect
 import math
 import os
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -36,13 +38,19 @@ from memstore._validate import (
     short_repr,
     text_problem,
 )
-from memstore.errors import ConfigurationError, DatabaseNotFoundError, InvalidInputError
+from memstore.errors import (
+    ConfigurationError,
+    ConflictError,
+    DatabaseNotFoundError,
+    InvalidInputError,
+)
 from memstore.models import (
     MAX_ID_LENGTH,
     ContextWindow,
     ConversationState,
     Message,
     StoredMessage,
+    Summary,
 )
 from memstore.tokens import TokenCounter, default_counter, validate_counter
 from memstore.views import ContextView
@@ -55,6 +63,10 @@ Durability = Literal["full", "normal"]
 MIGRATE_MODES = ("auto", "check", "upgrade", "off")
 
 MessageLike = Message | Mapping[str, Any]
+
+#: What ``summarize`` calls: messages in, the summary's text (or a Message) out.
+#: ``MemoryStore`` needs a synchronous one; ``AsyncMemoryStore`` also awaits coroutines.
+Summarizer = Callable[[list[Message]], str | Message | Awaitable[str | Message]]
 
 
 def run_in_transaction(
@@ -517,6 +529,124 @@ class Planner:
         cid = check_conversation_id(
             parsed.conversation.id if conversation_id is None else conversation_id)
         return Plan(_ops.load_state, (parsed, cid, bool(replace)), write=True)
+
+    # summaries
+    def summaries(self, conversation_id: Any) -> Plan:
+        return Plan(_ops.read_summaries, (check_conversation_id(conversation_id),),
+                    snapshot=True)
+
+    def summarize(self, conversation_id: Any, summarizer: Any, keep_tokens: Any,
+                  counter: Any) -> SummarizeSteps:
+        """Validate ``summarize``'s arguments; the steps both stores drive."""
+        cid = check_conversation_id(conversation_id)
+        if not callable(summarizer):
+            raise InvalidInputError(f"summarizer must be callable, got {summarizer!r}")
+        keep = check_count(keep_tokens, "keep_tokens")
+        if counter is not None:
+            if not hasattr(counter, "count_message"):
+                raise InvalidInputError(
+                    f"counter must be a TokenCounter, got {short_repr(counter)}"
+                )
+            check_counter_name(counter)
+        return summarize_steps(cid, summarizer, keep, counter if counter is not None
+                               else self.counter)
+
+
+#: How many times ``summarize`` reads again after a concurrent summary or rewrite
+#: made its draft stale, before it gives up with ConflictError.
+SUMMARIZE_ATTEMPTS = 8
+
+
+@dataclass(frozen=True)
+class SummarizerCall:
+    """A step of :func:`summarize_steps`: call the user's summarizer (outside any transaction)."""
+
+    summarizer: Callable[[list[Message]], Any]
+    messages: list[Message]
+
+    def call_sync(self) -> Any:
+        """Call a synchronous summarizer (an async one is refused)."""
+        result = self.summarizer(self.messages)
+        if inspect.isawaitable(result):
+            if inspect.iscoroutine(result):
+                result.close()
+            raise InvalidInputError(
+                "the summarizer returned an awaitable: use AsyncMemoryStore.summarize "
+                "for an async summarizer"
+            )
+        return result
+
+    async def call_async(self) -> Any:
+        """Await an async summarizer; run a sync one in a worker thread."""
+        fn = self.summarizer
+        if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+            type(fn).__call__
+        ):
+            return await fn(self.messages)
+        result = await asyncio.to_thread(fn, self.messages)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+
+SummarizeSteps = Generator[Plan | SummarizerCall, Any, Summary | None]
+
+
+def summary_text(output: Any) -> str:
+    """The text of a summarizer's result (a ``str`` or a :class:`Message`)."""
+    if isinstance(output, Message):
+        text = output.text
+    elif isinstance(output, str):
+        text = output
+    else:
+        raise InvalidInputError(
+            f"a summarizer must return a str or a Message, not {type(output).__name__}"
+        )
+    if not text.strip():
+        raise InvalidInputError("the summarizer returned an empty summary")
+    problem = text_problem(text)
+    if problem is not None:
+        raise InvalidInputError(f"the summary {problem}")
+    return text
+
+
+def summarize_steps(
+    cid: str, summarizer: Callable[[list[Message]], Any], keep_tokens: int,
+    counter: TokenCounter,
+) -> SummarizeSteps:
+    """``summarize`` as steps: read (one snapshot), call the summarizer, write (one lock).
+
+    Yields :class:`Plan` objects (the store runs each in its own transaction and
+    sends back the result) and one :class:`SummarizerCall` per attempt (the store
+    calls the summarizer, with no transaction open, and sends back its output).
+    Returns the new summary, or the latest one when nothing aged out since.
+
+    The summarizer runs outside any transaction, so no lock is held while a model
+    thinks. The write then takes the conversation row lock and checks that the
+    summary the draft extends is still the latest and that no message changed other
+    than by appending (the epoch); if either moved, a concurrent call won and this
+    one reads again from the new state, exactly as if it had run after it.
+    """
+    for _ in range(SUMMARIZE_ATTEMPTS):
+        draft: _ops.SummaryDraft = yield Plan(
+            _ops.summarize_read, (cid, keep_tokens, counter), snapshot=True
+        )
+        if not draft.messages:
+            return draft.previous
+        inputs: list[Message] = list(draft.messages)
+        if draft.previous is not None:
+            inputs.insert(0, draft.previous.to_message())
+        text = summary_text((yield SummarizerCall(summarizer, inputs)))
+        tokens = counter.count_message(Message(role="system", content=text))
+        stored: Summary | None = yield Plan(
+            _ops.summarize_write, (draft, text, tokens, counter.name), write=True
+        )
+        if stored is not None:
+            return stored
+    raise ConflictError(
+        f"summarize on conversation {cid!r} gave up after {SUMMARIZE_ATTEMPTS} attempts: "
+        "concurrent summaries or rewrites kept landing first"
+    )
 
 
 def empty_window(conversation_id: str, view: ContextView, default: TokenCounter) -> ContextWindow:

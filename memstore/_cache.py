@@ -22,6 +22,11 @@ memstore, that leaves ``epoch`` alone. Such a change must also set
 application must call ``store.clear_cache()``. Epoch 0, the value of conversations
 written before migration 0002, is never trusted (see ``memstore._ops.UNTRUSTED_EPOCH``).
 
+Stored summaries are not message rows: they are never cached, and ``summarize``
+leaves the epoch alone (it changes no message). Operations that delete summaries
+(``pop``, ``clear``, a replacing ``load_state``) replace the epoch anyway, so a
+window's summary read carries the same epoch check as its range reads.
+
 Windows share the cached models: they are frozen, but their ``metadata`` dicts and
 ``content``/``tool_calls`` lists are plain containers that callers must not mutate.
 

@@ -37,12 +37,15 @@ from memstore.models import (
     ImageURL,
     Message,
     StoredMessage,
+    Summary,
     TextPart,
     ToolCall,
     build_trusted,
 )
+from memstore.summary_view import plan_fold
+from memstore.tokens import TokenCounter
 
-__all__ = ["Prepared", "SQLHistory", "StaleRead"]
+__all__ = ["Prepared", "SQLHistory", "StaleRead", "SummaryDraft"]
 
 #: Rows per INSERT batch: bounds statement size and, on asyncio, how long the
 #: event loop runs Python code between two awaits of the driver.
@@ -252,6 +255,7 @@ def delete_conversation(conn: Connection, cid: str) -> None:
     for start in range(first, last + 1 - DELETE_CHUNK, DELETE_CHUNK):
         conn.execute(q.delete_messages(cid, start=start, stop=start + DELETE_CHUNK))
     conn.execute(q.delete_messages(cid))  # the rest (and any row outside the live range)
+    conn.execute(q.delete_summaries(cid))
     conn.execute(q.delete_conversation(cid))
 
 
@@ -372,6 +376,8 @@ def pop(conn: Connection, cid: str, n: int) -> list[StoredMessage]:
     removed = [to_stored(r) for r in conn.execute(q.messages_range(cid, start=start))]
     if removed:
         conn.execute(q.delete_messages(cid, start=start))
+        # A summary standing for a popped seq would claim the seqs appended next.
+        conn.execute(q.delete_summaries(cid, last_from=start))
         conn.execute(q.update_conversation(
             cid, last_seq=start - 1, updated_at=utcnow(), epoch=q.new_epoch(),
             token_count=int(conv.token_count) - sum(m.token_count for m in removed),
@@ -400,6 +406,7 @@ def clear(conn: Connection, cid: str) -> int:
     conv = _conversation_row(conn, cid, for_update=True)
     count = int(conv.last_seq) - int(conv.first_seq) + 1
     conn.execute(q.delete_messages(cid))
+    conn.execute(q.delete_summaries(cid))  # seqs restart at 1: no summary stands for them
     conn.execute(q.update_conversation(
         cid, first_seq=1, last_seq=0, token_count=0, updated_at=utcnow(), epoch=q.new_epoch()
     ))
@@ -542,6 +549,8 @@ class SQLHistory(SourceBase):
         self._newest_loaded = False
         self.rows_read = 0
         self.rows_cached = 0
+        self._summary: Summary | None = None
+        self._summary_read = False
 
     def _execute(self, name: str, values: dict[str, Any]) -> Sequence[Any]:
         """Run a precompiled hot statement on the DBAPI cursor; all its rows.
@@ -568,6 +577,29 @@ class SQLHistory(SourceBase):
                 cursor.close()
         except self._dialect.loaded_dbapi.Error as exc:
             raise _driver_error(self._conn, exc, compiled.sql, params) from exc
+
+    @property
+    def epoch(self) -> int:
+        """The conversation's epoch, as read with its row."""
+        return self._epoch
+
+    def latest_summary(self) -> Summary | None:
+        """The newest stored summary ending at or before ``last_seq`` (one indexed read).
+
+        Outside a transaction the read carries the epoch check of the range reads: a
+        conversation rewritten since its row was read raises :class:`StaleRead`.
+        Summaries stored after that row was read are used when their range lies
+        within the snapshot's messages (they summarize exactly those rows).
+        """
+        if not self._summary_read:
+            rows = self._execute("latest_summary",
+                                 {"cid": self._cid, "last": self._last, "epoch": self._epoch})
+            if not rows:
+                raise StaleRead(self._cid)
+            row = rows[0]
+            self._summary = None if row[0] is None else to_summary((self._cid, *row))
+            self._summary_read = True
+        return self._summary
 
     def _add(self, message: StoredMessage) -> None:
         if self._shared:
@@ -672,7 +704,8 @@ def save_state(
     conv = _conversation_row(conn, cid)
     msgs = [to_stored(r) for r in conn.execute(q.messages_range(cid))]
     return ConversationState(
-        conversation=_to_conversation(conv), messages=msgs, view=view_config
+        conversation=_to_conversation(conv), messages=msgs, view=view_config,
+        summaries=list_summaries(conn, cid),
     )
 
 
@@ -698,8 +731,12 @@ def load_state(
     if existing is None or replace:
         if existing is not None:
             conn.execute(q.delete_messages(cid))
+            conn.execute(q.delete_summaries(cid))
             conn.execute(q.delete_conversation(cid))
-        first = src[0].seq if src else 1
+        # With no messages left, seqs go on after the newest summarized one.
+        first = src[0].seq if src else (
+            state.summaries[-1].last_seq + 1 if state.summaries else 1
+        )
         conn.execute(q.insert_conversation({
             "id": cid, "created_at": c.created_at, "updated_at": c.updated_at,
             "metadata": dict(c.metadata), "first_seq": first, "last_seq": first + len(src) - 1,
@@ -723,6 +760,12 @@ def load_state(
         rows.append(row)
     for start in range(0, len(rows), INSERT_CHUNK):
         conn.execute(q.insert_messages(), rows[start:start + INSERT_CHUNK])
+    if (existing is None or replace) and state.summaries:
+        # Appended messages get new seqs, so only a replace (or a new conversation)
+        # keeps the snapshot's summaries: their seq ranges still mean the same rows.
+        conn.execute(q.insert_summaries(), [
+            {**_summary_row(s), "conversation_id": cid} for s in state.summaries
+        ])
     return _to_conversation(_conversation_row(conn, cid))
 
 
@@ -934,3 +977,107 @@ def load_stream(
             batch = []
     loader.add(batch)
     return loader.finish(), loader.written
+
+
+# ---- summaries ------------------------------------------------------------------------
+
+
+def _summary_row(summary: Summary) -> dict[str, Any]:
+    return {
+        "conversation_id": summary.conversation_id, "number": summary.number,
+        "first_seq": summary.first_seq, "last_seq": summary.last_seq, "text": summary.text,
+        "token_count": summary.token_count, "token_counter": summary.token_counter,
+        "created_at": summary.created_at,
+    }
+
+
+def to_summary(row: Sequence[Any]) -> Summary:
+    """Build a Summary from a trusted row of :data:`memstore._statements.SUMMARY_COLUMNS`."""
+    cid, number, first, last, text, tokens, counter, created_at = row
+    if not isinstance(created_at, datetime):  # SQLite through the DBAPI cursor
+        created_at = _sqlite_time(created_at)
+    elif created_at.tzinfo is None:
+        created_at = created_at.replace(tzinfo=timezone.utc)
+    elif created_at.utcoffset():
+        created_at = created_at.astimezone(timezone.utc)
+    return build_trusted(Summary, {
+        "conversation_id": cid, "number": int(number), "first_seq": int(first),
+        "last_seq": int(last), "text": text, "token_count": int(tokens),
+        "token_counter": counter, "created_at": created_at,
+    })
+
+
+def list_summaries(conn: Connection, cid: str) -> list[Summary]:
+    """Every summary of one conversation, oldest first."""
+    return [to_summary(r) for r in conn.execute(q.summaries_of(cid))]
+
+
+def read_summaries(conn: Connection, cid: str) -> list[Summary]:
+    """Every summary of one conversation (ConversationNotFoundError when unknown)."""
+    _conversation_row(conn, cid)
+    return list_summaries(conn, cid)
+
+
+class SummaryDraft(NamedTuple):
+    """What ``summarize`` read: the units to fold into the previous summary.
+
+    Attributes:
+        conversation_id: the conversation.
+        epoch: its epoch when read (the write re-checks it).
+        previous: the summary the new one extends, or ``None``.
+        messages: the messages of the complete, non-anchored units to fold in
+            (chronological); empty when there is nothing to summarize.
+        first_seq: the new summary's first seq.
+        last_seq: the new summary's last seq.
+    """
+
+    conversation_id: str
+    epoch: int
+    previous: Summary | None
+    messages: list[StoredMessage]
+    first_seq: int
+    last_seq: int
+
+
+def summarize_read(
+    conn: Connection, cid: str, keep_tokens: int, counter: TokenCounter
+) -> SummaryDraft:
+    """Find the units ``summarize`` folds in (read in one snapshot; writes nothing).
+
+    See :func:`memstore.summary_view.plan_fold`: reads the kept units and the
+    folded ones, O(what changed since the last summary), never the summarized
+    history again.
+    """
+    source = SQLHistory(conn, cid)
+    fold = plan_fold(source, keep_tokens, counter)
+    return SummaryDraft(cid, source.epoch, fold.previous, fold.messages, fold.first_seq,
+                        fold.last_seq)
+
+
+def summarize_write(
+    conn: Connection, draft: SummaryDraft, text: str, tokens: int, counter: str
+) -> Summary | None:
+    """Store the summary made from ``draft``, or ``None`` when the draft is stale.
+
+    Runs in a write transaction holding the conversation row lock, so concurrent
+    ``summarize`` calls on one conversation serialise here. The draft is stale when
+    another summary was stored since it was read, or when the conversation's
+    messages changed other than by appending (a new epoch: pop, truncate, clear,
+    load_state, a score or a pin); the caller then reads again.
+    """
+    cid = draft.conversation_id
+    conv = conn.execute(q.conversation(cid, for_update=True)).first()
+    if conv is None or int(conv.epoch) != draft.epoch:
+        return None
+    latest = conn.execute(q.latest_summary(cid)).first()
+    number = int(latest.number) if latest is not None else 0
+    expected = draft.previous.number if draft.previous is not None else 0
+    if number != expected:
+        return None
+    summary = build_trusted(Summary, {
+        "conversation_id": cid, "number": number + 1, "first_seq": draft.first_seq,
+        "last_seq": draft.last_seq, "text": text, "token_count": tokens,
+        "token_counter": counter, "created_at": utcnow(),
+    })
+    conn.execute(q.insert_summaries(), [_summary_row(summary)])
+    return summary

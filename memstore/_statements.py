@@ -34,7 +34,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.dml import Insert
 
-from memstore.schema import conversations, messages
+from memstore.schema import conversations, messages, summaries
 
 __all__ = [
     "CompiledSQL",
@@ -42,20 +42,31 @@ __all__ = [
     "conversation",
     "delete_conversation",
     "delete_messages",
+    "delete_summaries",
     "hot",
     "insert_conversation",
     "insert_messages",
+    "insert_summaries",
+    "latest_summary",
     "list_conversations",
     "messages_by_ids",
     "messages_range",
     "new_epoch",
     "sum_tokens",
+    "summaries_of",
     "update_conversation",
     "update_message",
 ]
 
 C = conversations.c
 M = messages.c
+S = summaries.c
+
+#: Columns a Summary is built from, in a fixed order.
+SUMMARY_COLUMNS = (
+    S.conversation_id, S.number, S.first_seq, S.last_seq, S.text, S.token_count,
+    S.token_counter, S.created_at,
+)
 
 #: Columns a StoredMessage is built from, in a fixed order.
 MESSAGE_COLUMNS = (
@@ -227,6 +238,31 @@ def update_message(cid: str, seq: int, **values: Any) -> Any:
     )
 
 
+# ---- summaries ---------------------------------------------------------------------------
+
+
+def summaries_of(cid: str) -> Select[Any]:
+    """Every summary of one conversation, oldest first."""
+    return select(*SUMMARY_COLUMNS).where(S.conversation_id == cid).order_by(S.number)
+
+
+def latest_summary(cid: str) -> Select[Any]:
+    """The newest summary of one conversation (one row at most)."""
+    return (select(*SUMMARY_COLUMNS).where(S.conversation_id == cid)
+            .order_by(S.number.desc()).limit(1))
+
+
+def insert_summaries() -> Insert:
+    """Insert summary rows (executed with a list of parameter dicts)."""
+    return summaries.insert()
+
+
+def delete_summaries(cid: str, *, last_from: int | None = None) -> Delete:
+    """Delete a conversation's summaries (only those with ``last_seq >= last_from``)."""
+    stmt = delete(summaries).where(S.conversation_id == cid)
+    return stmt.where(S.last_seq >= last_from) if last_from is not None else stmt
+
+
 # ---- hot read statements, precompiled ---------------------------------------------------
 #
 # A window runs a handful of small SELECTs. SQLAlchemy's per-execution machinery costs
@@ -262,7 +298,30 @@ def _hot_statements() -> dict[str, Any]:
             cid, stop=bindparam("before", type_=BigInteger),
             limit=bindparam("limit", type_=Integer), newest_first=True,
         ),
+        # The newest summary ending at or before ``last`` (the window's snapshot of
+        # last_seq), while the conversation's epoch is the window's: one row with NULL
+        # summary columns when there is none, no row when the epoch moved. The number
+        # is found by an uncorrelated subquery (evaluated once: a backward walk of the
+        # primary key that stops at the first match, the newest summary as a rule),
+        # then the row is joined by its key: no cost per older summary.
+        "latest_summary": select(*SUMMARY_COLUMNS[1:]).select_from(
+            conversations.outerjoin(summaries, and_(
+                S.conversation_id == C.id,
+                S.number == _latest_number(cid, bindparam("last", type_=BigInteger)),
+            ))
+        ).where(C.id == cid, C.epoch == bindparam("epoch", type_=BigInteger)),
     }
+
+
+def _latest_number(cid: BindParameter[str], last: BindParameter[int]) -> Any:
+    inner = summaries.alias("latest")
+    return (
+        select(inner.c.number)
+        .where(inner.c.conversation_id == cid, inner.c.last_seq <= last)
+        .order_by(inner.c.number.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
 
 
 class CompiledSQL:

@@ -27,7 +27,7 @@ from typing import Any, TextIO
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from memstore import _base, _ops, _stateio
-from memstore._base import Durability, MessageLike, MigrateMode, Plan
+from memstore._base import Durability, MessageLike, MigrateMode, Plan, Summarizer
 from memstore._cache import DEFAULT_CACHE_SIZE, CacheInfo
 from memstore._engine import make_async_engine, read_options, write_options
 from memstore.errors import ConnectionLostError, ConversationNotFoundError, translate_db_errors
@@ -37,6 +37,7 @@ from memstore.models import (
     ConversationState,
     Message,
     StoredMessage,
+    Summary,
 )
 from memstore.tokens import TokenCounter
 from memstore.transfer import LoadReport
@@ -402,6 +403,37 @@ class AsyncMemoryStore:
         conversation = await self._execute(plan)
         return LoadReport(conversation=conversation, messages=count, written=count,
                           recounted=recounter.recounted)
+
+    # ---- summaries ------------------------------------------------------------------
+
+    async def summarize(
+        self,
+        conversation_id: str,
+        summarizer: Summarizer,
+        *,
+        keep_tokens: int,
+        counter: TokenCounter | None = None,
+    ) -> Summary | None:
+        """Fold aged-out units into a new stored summary (see :meth:`MemoryStore.summarize`).
+
+        ``summarizer`` may be a coroutine function (awaited) or a plain callable (run
+        in a worker thread, so a blocking model call does not stall the event loop).
+        """
+        steps = self._plan.summarize(conversation_id, summarizer, keep_tokens, counter)
+        value: Any = None
+        while True:
+            try:
+                step = steps.send(value)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            if isinstance(step, Plan):
+                value = await self._execute(step)
+            else:
+                value = await step.call_async()
+
+    async def summaries(self, conversation_id: str) -> list[Summary]:
+        """Every stored summary of a conversation (see :meth:`MemoryStore.summaries`)."""
+        return await self._execute(self._plan.summaries(conversation_id))  # type: ignore[no-any-return]
 
 
 class AsyncChatContext:

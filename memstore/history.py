@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-from memstore.models import StoredMessage
+from memstore.models import StoredMessage, Summary
 
 __all__ = ["HistorySource", "ListHistory", "SourceBase"]
 
@@ -82,6 +82,15 @@ class HistorySource(Protocol):
         """Up to ``limit`` messages with ``seq < before``, newest first."""
         ...
 
+    def latest_summary(self) -> Summary | None:
+        """The newest stored summary whose range ends at or before ``last_seq``.
+
+        ``None`` when the conversation has none. Not a message row: it does not
+        count in ``rows_read``. (Views use it only when present, so a source written
+        before summaries existed still works with every other view.)
+        """
+        ...
+
 
 class SourceBase:
     """The bookkeeping every source shares: identity, seq range, bounds, rows read.
@@ -126,18 +135,26 @@ class SourceBase:
         """Sum of the stored per-message token counts."""
         return self._token_total
 
+    def latest_summary(self) -> Summary | None:
+        """The newest summary (none, unless the subclass stores summaries)."""
+        return None
+
 
 class ListHistory(SourceBase):
     """A :class:`HistorySource` over an in-memory list of stored messages.
 
     Args:
         messages: one conversation's messages with contiguous seqs, in any order.
+        summaries: the conversation's stored summaries (any order); the newest one
+            ending at or before the newest message is :meth:`latest_summary`.
 
     Raises:
         ValueError: the messages mix conversations or their seqs are not contiguous.
     """
 
-    def __init__(self, messages: Sequence[StoredMessage]) -> None:
+    def __init__(
+        self, messages: Sequence[StoredMessage], *, summaries: Sequence[Summary] = ()
+    ) -> None:
         ordered = sorted(messages, key=lambda m: m.seq)
         ids = {m.conversation_id for m in ordered}
         if len(ids) > 1:
@@ -152,6 +169,7 @@ class ListHistory(SourceBase):
         self._max_score = max([1.0, *(m.score for m in ordered)])
         self._token_total = sum(m.token_count for m in ordered)
         self.rows_read = 0
+        self._summaries = sorted(summaries, key=lambda s: s.number)
 
     @property
     def newest_created_at(self) -> datetime | None:
@@ -174,6 +192,13 @@ class ListHistory(SourceBase):
     def read(self, start: int, stop: int) -> list[StoredMessage]:
         """Messages with ``start <= seq < stop``."""
         return self._slice(start, stop)
+
+    def latest_summary(self) -> Summary | None:
+        """The newest summary ending at or before the newest message."""
+        for summary in reversed(self._summaries):
+            if summary.last_seq <= self._last or not self._messages:
+                return summary
+        return None
 
     def read_newest_first(self, before: int, limit: int) -> list[StoredMessage]:
         """Up to ``limit`` messages older than ``before``, newest first."""

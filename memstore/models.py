@@ -47,6 +47,7 @@ __all__ = [
     "OmissionReason",
     "Role",
     "StoredMessage",
+    "Summary",
     "TextPart",
     "ToolCall",
     "WindowReport",
@@ -58,7 +59,11 @@ ANCHOR_ROLES: frozenset[str] = frozenset({"system", "developer"})
 
 MAX_ID_LENGTH = 255
 _MAX_FLOAT = 1.7976931348623157e308
-STATE_VERSION = 1
+STATE_VERSION = 2
+#: Snapshot versions ``ConversationState`` reads (version 1 predates summaries).
+READABLE_STATE_VERSIONS = (1, 2)
+#: The default ``SummaryView`` template (``{first}``, ``{last}``: the summary's seq range).
+DEFAULT_SUMMARY_TEMPLATE = "Summary of messages {first}–{last}: {text}"
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
@@ -529,6 +534,7 @@ OmissionReason = Literal[
     "incomplete_unit",  # an unanswered tool call or a tool result whose call is not stored
     "tool_messages_removed",  # RecentTurnsView(remove_tool_messages=True)
     "start_on_user",  # TokenLimitedView(start_on_user=True) trimmed to a user message
+    "summarized",  # SummaryView: inside the range its summary stands for
 ]
 
 
@@ -566,6 +572,11 @@ class WindowReport(BaseModel):
             grows with the window, not the history). Whether they came from the
             database or the store's row cache does not change the report (see
             ``store.cache_info()``).
+        summary_range: ``(first_seq, last_seq)`` of the stored summary the window
+            shows (``SummaryView``), else ``None``.
+        unsummarized: stored messages after the summary's range (or, with no
+            summary, anywhere) that the window neither shows nor summarizes: what
+            the next ``summarize`` would fold in. 0 for views without summaries.
     """
 
     model_config = _FROZEN
@@ -578,6 +589,8 @@ class WindowReport(BaseModel):
     placeholder: str | None = None
     skipped: int = 0
     rows_read: int = 0
+    summary_range: tuple[int, int] | None = None
+    unsummarized: int = 0
 
     @property
     def omitted_count(self) -> int:
@@ -595,6 +608,86 @@ class WindowReport(BaseModel):
             if reason is None or o.reason == reason:
                 seqs.extend(range(o.first_seq, o.last_seq + 1))
         return seqs
+
+
+class Summary(BaseModel):
+    """A stored summary of the older part of one conversation (``store.summarize``).
+
+    Summaries are incremental: each one folds the units that aged out since the
+    previous one into it, so its seq range contains the previous summary's. The
+    original messages stay stored.
+
+    Attributes:
+        conversation_id: the conversation it summarizes.
+        number: its position among the conversation's summaries (1, 2, ...).
+        first_seq: the first seq it stands for (the conversation's first summarized seq).
+        last_seq: the newest seq it folded in (inclusive).
+        text: the summary text.
+        token_count: ``text`` as one ``system`` message, counted by ``token_counter``.
+        token_counter: the name of the counter that produced ``token_count``.
+        created_at: when it was stored (timezone-aware UTC).
+    """
+
+    model_config = _FROZEN
+
+    conversation_id: str
+    number: int = Field(ge=1, le=MAX_SEQ)
+    first_seq: int = Field(ge=1, le=MAX_SEQ)
+    last_seq: int = Field(ge=1, le=MAX_SEQ)
+    text: str
+    token_count: int = Field(ge=0, le=MAX_TOKEN_COUNT)
+    token_counter: str = Field(min_length=1, max_length=MAX_COUNTER_NAME_LENGTH)
+    created_at: datetime
+
+    @field_validator("conversation_id")
+    @classmethod
+    def _check_conversation_id(cls, value: str) -> str:
+        return _validate_id(value, "conversation id")
+
+    @field_validator("text")
+    @classmethod
+    def _check_text(cls, value: str) -> str:
+        return check_text(value, "summary text")
+
+    @field_validator("token_counter")
+    @classmethod
+    def _check_counter(cls, value: str) -> str:
+        return check_text(value, "token counter name")
+
+    @field_validator("created_at")
+    @classmethod
+    def _aware(cls, value: datetime) -> datetime:
+        return _utc(value)
+
+    @model_validator(mode="after")
+    def _check_range(self) -> Summary:
+        if self.last_seq < self.first_seq:
+            raise ValueError(
+                f"summary last_seq ({self.last_seq}) is before its first_seq ({self.first_seq})"
+            )
+        return self
+
+    @property
+    def seq_range(self) -> tuple[int, int]:
+        """``(first_seq, last_seq)``."""
+        return (self.first_seq, self.last_seq)
+
+    def to_message(self, template: str = DEFAULT_SUMMARY_TEMPLATE) -> Message:
+        """The summary as one ``system`` message (not stored, no seq).
+
+        Args:
+            template: ``str.format`` template with ``{first}``, ``{last}`` and ``{text}``.
+
+        Returns:
+            A plain :class:`Message` whose metadata is
+            ``{"memstore": {"summary": True, "first_seq": ..., "last_seq": ...}}``.
+        """
+        return Message(
+            role="system",
+            content=template.format(first=self.first_seq, last=self.last_seq, text=self.text),
+            metadata={"memstore": {"summary": True, "first_seq": self.first_seq,
+                                   "last_seq": self.last_seq}},
+        )
 
 
 class ContextWindow(BaseModel):
@@ -659,6 +752,8 @@ class ConversationState(BaseModel):
         conversation: the conversation row.
         messages: every stored message with seq, timestamps, scores and counts.
         view: the view configuration of the context handle that saved it, if any.
+        summaries: the conversation's stored summaries, oldest first (version 2;
+            a version 1 snapshot has none).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -668,6 +763,7 @@ class ConversationState(BaseModel):
     conversation: Conversation
     messages: list[StoredMessage]
     view: dict[str, JsonValue] | None = None
+    summaries: list[Summary] = Field(default_factory=list)
 
     @field_validator("view", mode="before")
     @classmethod
@@ -681,9 +777,10 @@ class ConversationState(BaseModel):
     @field_validator("version")
     @classmethod
     def _check_version(cls, value: int) -> int:
-        if value != STATE_VERSION:
+        if value not in READABLE_STATE_VERSIONS:
             raise ValueError(
-                f"state version {value} is not supported (this memstore reads {STATE_VERSION})"
+                f"state version {value} is not supported (this memstore reads versions "
+                f"{', '.join(map(str, READABLE_STATE_VERSIONS))})"
             )
         return value
 
@@ -698,7 +795,31 @@ class ConversationState(BaseModel):
                     f"message seq {m.seq} belongs to {m.conversation_id!r}, "
                     f"not {self.conversation.id!r}"
                 )
+        self._check_summaries()
         return self
+
+    def _check_summaries(self) -> None:
+        previous: Summary | None = None
+        for s in self.summaries:
+            if s.conversation_id != self.conversation.id:
+                raise ValueError(
+                    f"summary {s.number} belongs to {s.conversation_id!r}, "
+                    f"not {self.conversation.id!r}"
+                )
+            if previous is not None:
+                if s.number <= previous.number:
+                    raise ValueError("state summaries must have increasing numbers")
+                if s.first_seq > previous.first_seq or s.last_seq < previous.last_seq:
+                    raise ValueError(
+                        f"summary {s.number} ({s.first_seq}..{s.last_seq}) does not contain "
+                        f"summary {previous.number} ({previous.first_seq}..{previous.last_seq})"
+                    )
+            previous = s
+        if previous is not None and self.messages and previous.last_seq > self.messages[-1].seq:
+            raise ValueError(
+                f"summary {previous.number} ends at seq {previous.last_seq}, after the newest "
+                f"message (seq {self.messages[-1].seq})"
+            )
 
     def to_json(self) -> str:
         """Serialise to a JSON string."""

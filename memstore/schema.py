@@ -10,6 +10,8 @@ on ``conversation_id``):
 * ``memstore_messages``: primary key ``(conversation_id, seq)``, which is the index
   every window walks newest-first. A partial index covers anchored messages
   (system, developer, pinned) so views fetch them without scanning.
+* ``memstore_summaries``: stored summaries of a conversation's older messages,
+  primary key ``(conversation_id, number)``; deleting a conversation deletes them.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import JSON, TypeDecorator
 
-__all__ = ["VERSION_TABLE", "conversations", "messages", "metadata"]
+__all__ = ["VERSION_TABLE", "conversations", "messages", "metadata", "summaries"]
 
 #: memstore's own Alembic version table, so it can live beside a host application's.
 VERSION_TABLE = "memstore_alembic_version"
@@ -143,4 +145,26 @@ messages = Table(
         sqlite_where=text("anchored"),
         postgresql_where=text("anchored"),
     ),
+)
+
+summaries = Table(
+    "memstore_summaries",
+    metadata,
+    Column("conversation_id", String(255), nullable=False),
+    # 1, 2, ... per conversation; each summary's seq range contains the previous one's.
+    Column("number", BigInteger(), nullable=False),
+    Column("first_seq", BigInteger(), nullable=False),
+    Column("last_seq", BigInteger(), nullable=False),
+    Column("text", Text(), nullable=False),
+    Column("token_count", Integer(), nullable=False),
+    Column("token_counter", String(64), nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    PrimaryKeyConstraint("conversation_id", "number"),
+    ForeignKeyConstraint(
+        ["conversation_id"], ["memstore_conversations.id"], ondelete="CASCADE"
+    ),
+    CheckConstraint("number >= 1", name="number_positive"),
+    CheckConstraint("first_seq >= 1", name="first_seq_positive"),
+    CheckConstraint("last_seq >= first_seq", name="seq_range"),
+    CheckConstraint("token_count >= 0", name="token_count_nonnegative"),
 )

@@ -24,7 +24,7 @@ from typing import Any, TextIO
 from sqlalchemy import Connection, Engine
 
 from memstore import _base, _ops, _stateio
-from memstore._base import Durability, MessageLike, MigrateMode, Plan
+from memstore._base import Durability, MessageLike, MigrateMode, Plan, Summarizer
 from memstore._cache import DEFAULT_CACHE_SIZE, CacheInfo
 from memstore._engine import make_engine, read_options, write_options
 from memstore.errors import ConnectionLostError, ConversationNotFoundError, translate_db_errors
@@ -34,6 +34,7 @@ from memstore.models import (
     ConversationState,
     Message,
     StoredMessage,
+    Summary,
 )
 from memstore.tokens import TokenCounter
 from memstore.transfer import LoadReport
@@ -439,6 +440,66 @@ class MemoryStore:
             conn.execution_options(**write_options())
             with conn.begin():
                 yield conn
+
+    # ---- summaries ------------------------------------------------------------------
+
+    def summarize(
+        self,
+        conversation_id: str,
+        summarizer: Summarizer,
+        *,
+        keep_tokens: int,
+        counter: TokenCounter | None = None,
+    ) -> Summary | None:
+        """Fold the units that aged out into a new stored summary (incremental).
+
+        Keeps the newest complete units holding at most ``keep_tokens`` tokens
+        (anchored messages aside: every view keeps them anyway) and summarizes every
+        older complete unit that the latest summary does not cover yet. The
+        summarizer receives the latest summary (as one ``system`` message, see
+        :meth:`Summary.to_message`), if there is one, followed by only those units'
+        messages, and returns the new summary's text (a ``str`` or a
+        :class:`Message`). The new summary's range runs from the first summarized
+        seq to the newest seq folded in, so it contains the previous range. The
+        original messages stay stored; :class:`~memstore.SummaryView` shows the
+        latest summary and the recent tail.
+
+        The summarizer is called with no transaction open. Concurrent calls on one
+        conversation serialise on its row when they store their summary: a call
+        whose summary is no longer based on the latest one (another call stored
+        first) reads again and summarizes what is left, so the result is the same
+        as running them one after the other.
+
+        Args:
+            conversation_id: the conversation.
+            summarizer: ``list[Message] -> str | Message``, synchronous (an async one
+                is refused: use :class:`~memstore.AsyncMemoryStore`).
+            keep_tokens: tokens of recent units to leave out of the summary (>= 0).
+            counter: counts ``keep_tokens`` and the summary (default: the store's).
+
+        Returns:
+            The new summary, or the latest one (``None`` if there is none) when no
+            complete unit aged out since it was made; the summarizer is then not
+            called.
+
+        Raises:
+            ConversationNotFoundError: unknown conversation.
+            InvalidInputError: a bad argument, or a summarizer result that is not a
+                non-empty ``str`` or ``Message`` (nothing is written).
+            ConflictError: concurrent summaries or rewrites won every attempt.
+        """
+        steps = self._plan.summarize(conversation_id, summarizer, keep_tokens, counter)
+        value: Any = None
+        while True:
+            try:
+                step = steps.send(value)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            value = self._execute(step) if isinstance(step, Plan) else step.call_sync()
+
+    def summaries(self, conversation_id: str) -> list[Summary]:
+        """Every stored summary of a conversation, oldest first."""
+        return self._execute(self._plan.summaries(conversation_id))  # type: ignore[no-any-return]
 
 
 class ChatContext:

@@ -357,6 +357,8 @@ class _Ledger:
             "placeholder": placeholder.text if placeholder is not None else None,
             "skipped": skipped,
             "rows_read": self.source.rows_read,
+            "summary_range": None,
+            "unsummarized": 0,
         })
         return build_trusted(ContextWindow, {
             "conversation_id": self.source.conversation_id,

@@ -10,20 +10,21 @@ import inspect
 import sys
 from pathlib import Path
 
+import memstore
 from memstore import views
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "views.md"
 BEGIN = "<!-- BEGIN GENERATED: view docstrings -->"
 END = "<!-- END GENERATED -->"
 ORDER = ["UnboundedView", "BufferedView", "HeadAndTailView", "TokenLimitedView",
-         "ScoreBasedView", "RecentTurnsView"]
+         "ScoreBasedView", "RecentTurnsView", "SummaryView"]
 
 
 def generated() -> str:
     """The generated block: each view's signature and docstring."""
     parts = [BEGIN, ""]
     for name in ORDER:
-        cls = getattr(views, name)
+        cls = getattr(views, name, None) or getattr(memstore, name)
         signature = str(inspect.signature(cls)).replace("'", "")
         parts += [f"### `{name}{signature}`", "", "```text", inspect.getdoc(cls) or "", "```", ""]
     parts.append(END)

@@ -90,7 +90,7 @@ def pg_url(postgres: PostgresServer) -> str:
 def _empty_pg(url: str) -> None:
     engine = create_engine(url)
     with engine.begin() as conn:
-        conn.execute(text("TRUNCATE memstore_messages, memstore_conversations"))
+        conn.execute(text("TRUNCATE memstore_summaries, memstore_messages, memstore_conversations"))
     engine.dispose()
 
 

@@ -25,7 +25,7 @@ from memstore.store import MemoryStore
 from memstore.tokens import FixedCounter
 
 ROOT = Path(__file__).resolve().parent.parent
-MEMSTORE_TABLES = {"memstore_conversations", "memstore_messages"}
+MEMSTORE_TABLES = {"memstore_conversations", "memstore_messages", "memstore_summaries"}
 
 
 def _tables(url: str) -> set[str]:
