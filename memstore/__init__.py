@@ -11,7 +11,8 @@ token-budgeted context windows per conversation id::
     window.to_openai()
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
+from importlib.metadata import version as _version
 
 from memstore._cache import CacheInfo
 from memstore.aio import AsyncChatContext, AsyncMemoryStore
@@ -41,6 +42,7 @@ from memstore.models import (
     Message,
     Omission,
     StoredMessage,
+    StoreStats,
     TextPart,
     ToolCall,
     WindowReport,
@@ -65,8 +67,8 @@ from memstore.views import (
 )
 
 try:
-    __version__ = version("memstore")
-except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+    __version__ = _version("memstore")
+except _PackageNotFoundError:  # pragma: no cover - running from a bare checkout
     __version__ = "0.0.0"
 
 __all__ = [
@@ -104,6 +106,7 @@ __all__ = [
     "RecentTurnsView",
     "SchemaOutOfDateError",
     "ScoreBasedView",
+    "StoreStats",
     "StoredMessage",
     "TextPart",
     "TiktokenCounter",

@@ -33,6 +33,7 @@ from memstore.models import (
     ConversationState,
     Message,
     StoredMessage,
+    StoreStats,
 )
 from memstore.tokens import TokenCounter
 from memstore.views import ContextView
@@ -157,6 +158,14 @@ class MemoryStore:
     def delete_conversation(self, id: str) -> None:
         """Delete a conversation and all its messages (one transaction)."""
         self._execute(self._plan.delete_conversation(id))
+
+    def stats(self) -> StoreStats:
+        """Totals of the whole database: conversations, messages, tokens, size, revision.
+
+        One aggregate over the conversation rows (never over messages): an
+        administrative call, not for a hot path.
+        """
+        return self._execute(self._plan.stats())  # type: ignore[no-any-return]
 
     # ---- writing --------------------------------------------------------------------
 
