@@ -143,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "output, a pending call) as conversation 'demo', replacing it if it "
                             "exists, and show side by side what every view keeps under one "
                             "budget.")
-    p.add_argument("--budget", type=POSITIVE, default=1000,
+    p.add_argument("--budget", type=POSITIVE, default=1000, metavar="N",
                    help="token budget of the budgeted views (default: 1000)")
     p.add_argument("--format", choices=("table", "json"), default="table",
                    help="table (default) or json (per message: each view's decision)")
@@ -167,18 +167,18 @@ def build_parser() -> argparse.ArgumentParser:
     # conversations
     conv = command("conversations", "list, show or delete conversations (default: list)",
                    cmd.conversations_list)
-    conv.add_argument("--limit", type=_int_at_least(1), default=argparse.SUPPRESS,
+    conv.add_argument("--limit", type=_int_at_least(1), default=argparse.SUPPRESS, metavar="N",
                       help="conversations per page, 1-10000 (default: 100)")
-    conv.add_argument("--after", default=argparse.SUPPRESS,
+    conv.add_argument("--after", default=argparse.SUPPRESS, metavar="ID",
                       help="start after this conversation id (keyset pagination)")
     _formats(conv, ("table", "json", "jsonl"))
     csub = conv.add_subparsers(dest="conversations_command", metavar="ACTION",
                                parser_class=_Parser)
     p = command("list", "list conversations: id, messages, tokens, updated",
                 cmd.conversations_list, csub)
-    p.add_argument("--limit", type=_int_at_least(1), default=argparse.SUPPRESS,
+    p.add_argument("--limit", type=_int_at_least(1), default=argparse.SUPPRESS, metavar="N",
                    help="conversations per page, 1-10000 (default: 100)")
-    p.add_argument("--after", default=argparse.SUPPRESS,
+    p.add_argument("--after", default=argparse.SUPPRESS, metavar="ID",
                    help="start after this conversation id (keyset pagination)")
     _formats(p, ("table", "json", "jsonl"))
     p = command("show", "show one conversation's row and metadata", cmd.conversations_show,
@@ -194,10 +194,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("role", choices=("system", "developer", "user", "assistant", "tool"),
                    help="the message's role")
     p.add_argument("content", help="the message text, or - to read it from standard input")
-    p.add_argument("--tool-call-id", help="the call a tool message answers (required for tool)")
+    p.add_argument("--tool-call-id", metavar="ID",
+                   help="the call a tool message answers (required for tool)")
     p.add_argument("--name", help="the participant name of the message")
-    p.add_argument("--id", help="client id: appending the same id again stores nothing new")
-    p.add_argument("--score", type=_number(0.0), default=1.0,
+    p.add_argument("--id", metavar="KEY",
+                   help="client id: appending the same id again stores nothing new")
+    p.add_argument("--score", type=_number(0.0), default=1.0, metavar="S",
                    help="base importance for score-based views, >= 0 (default: 1)")
     p.add_argument("--pin", action="store_true", help="pin it: every view keeps it")
 
@@ -225,14 +227,16 @@ def build_parser() -> argparse.ArgumentParser:
                             "stays flat on any length.")
     p.add_argument("conversation_ids", nargs="*", metavar="CONV",
                    help="conversations to export (default: all)")
-    p.add_argument("-o", "--output", help="file to write (default: standard output)")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="file to write (default: standard output)")
 
     # reading
     p = command("messages", "print stored messages", cmd.messages)
     _conversation(p)
-    p.add_argument("--start", type=_int_at_least(1), help="first seq (inclusive)")
-    p.add_argument("--stop", type=_int_at_least(1), help="seq to stop before (exclusive)")
-    p.add_argument("--limit", type=NON_NEGATIVE, help="at most this many messages")
+    p.add_argument("--start", type=_int_at_least(1), metavar="SEQ", help="first seq (inclusive)")
+    p.add_argument("--stop", type=_int_at_least(1), metavar="SEQ",
+                   help="seq to stop before (exclusive)")
+    p.add_argument("--limit", type=NON_NEGATIVE, metavar="N", help="at most this many messages")
     p.add_argument("--newest-first", action="store_true", help="newest message first")
     _formats(p, ("table", "json", "jsonl", "openai"))
 
@@ -242,20 +246,22 @@ def build_parser() -> argparse.ArgumentParser:
     _conversation(p)
     p.add_argument("--view", choices=VIEW_CHOICES, default="token-limited",
                    help="the view (default: token-limited)")
-    p.add_argument("--budget", "--tokens", dest="budget", type=POSITIVE, default=4000,
+    p.add_argument("--budget", "--tokens", dest="budget", type=POSITIVE, default=4000, metavar="N",
                    help="token limit of token-limited and score-based (default: 4000)")
-    p.add_argument("--reserve", type=NON_NEGATIVE, default=0,
+    p.add_argument("--reserve", type=NON_NEGATIVE, default=0, metavar="N",
                    help="tokens of the budget kept free for the reply (default: 0)")
     p.add_argument("--start-on-user", action="store_true",
                    help="token-limited: start the kept suffix at a user message")
     p.add_argument("--keep-rate", type=_number(0.0, 1.0, exclusive_min=True), default=0.9,
+                   metavar="RATE",
                    help="score-based: decay per newer message, in (0, 1] (default: 0.9)")
     p.add_argument("--half-life", type=_number(0.0, exclusive_min=True), default=None,
+                   metavar="SECONDS",
                    help="score-based: decay by age in seconds instead of --keep-rate")
-    p.add_argument("--size", type=POSITIVE, default=20,
+    p.add_argument("--size", type=POSITIVE, default=20, metavar="N",
                    help="buffer size (buffered), tail size (head-and-tail), turns "
                         "(recent-turns) (default: 20)")
-    p.add_argument("--head", type=POSITIVE, default=2,
+    p.add_argument("--head", type=POSITIVE, default=2, metavar="N",
                    help="head size of head-and-tail (default: 2)")
     p.add_argument("--remove-tool-messages", action="store_true",
                    help="recent-turns: leave out tool units but the newest")
@@ -270,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
     # destructive
     p = command("pop", "delete and print the newest messages", cmd.pop)
     _conversation(p)
-    p.add_argument("-n", type=POSITIVE, default=1, help="how many (default: 1)")
+    p.add_argument("-n", type=POSITIVE, default=1, metavar="N", help="how many (default: 1)")
     _formats(p, ("table", "json", "jsonl", "openai"))
     p = command("clear", "delete every message of a conversation (it stays, empty)", cmd.clear)
     _conversation(p)
@@ -285,7 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 parser_class=_Parser)
     p = command("save", "write a conversation snapshot", cmd.state_save, ssub)
     _conversation(p)
-    p.add_argument("-o", "--output", help="file to write (default: standard output)")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="file to write (default: standard output)")
     p = command("load", "load a snapshot (--replace to overwrite a conversation)",
                 cmd.state_load, ssub)
     p.add_argument("file", help="the snapshot file, or - for standard input")
