@@ -367,23 +367,33 @@ def import_(args: argparse.Namespace) -> int:
                 result = transfer.import_jsonl(store, fp, replace=args.replace,
                                                rename=args.target, progress=progress)
             except (InvalidInputError, ValidationError) as exc:
+                for done in getattr(exc, "imported", None) or ():
+                    _print_imported(done)  # conversations earlier in the file are stored
                 line = getattr(exc, "line", None)
                 where = f"{name}:{line}" if line else name
                 text = validation_summary(exc) if isinstance(exc, ValidationError) else str(exc)
-                raise FileFormatError(f"{where}: {text}") from exc
+                raise FileFormatError(f"{where}: {text.removeprefix(f'line {line}: ')}"
+                                      ) from exc
     finally:
         if fp is not sys.stdin:
             fp.close()
     for c in result.conversations:
-        if c.replaced:
-            what = f"replaced ({c.written} messages written)"
-        elif c.written:
-            what = f"{c.written} messages written"
-            what += f", {c.unchanged} already stored" if c.unchanged else ""
-        else:
-            what = f"nothing new ({c.unchanged} messages already stored)"
-        print(f"{c.id}: {what}")
+        _print_imported(c)
+    if not result.conversations:
+        print("the file holds no conversation")
     return 0
+
+
+def _print_imported(c: Any) -> None:
+    """One line per imported conversation: what was written, or that nothing was new."""
+    if c.replaced:
+        what = f"replaced ({c.written} messages written)"
+    elif c.written:
+        what = f"{c.written} messages written"
+        what += f", {c.unchanged} already stored" if c.unchanged else ""
+    else:
+        what = f"nothing new ({c.unchanged} messages already stored)"
+    print(f"{c.id}: {what}")
 
 
 def _transfer() -> Any:

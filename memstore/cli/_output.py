@@ -94,10 +94,11 @@ def table(columns: Sequence[str | tuple[str, dict[str, Any]]], rows: Sequence[Se
 
 @contextmanager
 def progress_bar(description: str, total: int | None) -> Iterator[Callable[[int], None]]:
-    """Yield ``update(done)``: a Rich progress bar on standard error when it is a terminal.
+    """Yield ``advance(n)``: a Rich progress bar on standard error when it is a terminal.
 
-    ``done`` is the number of items handled so far. Off a terminal, updates are ignored
-    (no output at all), so pipes and logs stay clean.
+    ``n`` is the number of items handled since the previous call (the ``progress``
+    callback of :mod:`memstore.transfer`). Off a terminal, calls are ignored (no output
+    at all), so pipes and logs stay clean.
     """
     if not sys.stderr.isatty():
         yield lambda _done: None
@@ -108,7 +109,7 @@ def progress_bar(description: str, total: int | None) -> Iterator[Callable[[int]
     with Progress(*columns, console=err_console(), transient=True) as progress:
         task = progress.add_task(description, total=total)
 
-        def update(done: int) -> None:
-            progress.update(task, completed=done)
+        def advance(n: int) -> None:
+            progress.advance(task, n)
 
-        yield update
+        yield advance
