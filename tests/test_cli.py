@@ -480,19 +480,20 @@ def test_import_errors_name_the_line_and_write_nothing(url: str, capsys: Any,
     code, _, err = run(capsys, "messages", "copy", "--url", url)
     assert code == 1 and "does not exist" in err  # all or nothing
 
-    # an existing conversation with other content needs --replace
-    other = tmp_path / "other.jsonl"
-    other.write_text(lines[0] + "\n" + lines[1] + "\n")
-    code, _, err = run(capsys, "import", str(dump), "--url", url)
-    assert code == 0
+    # a conversation stored with other content needs --replace
+    elsewhere = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    with MemoryStore(elsewhere) as store:
+        store.extend("k", [Message.user("uno", id="m1")])
     with MemoryStore(url) as store:
-        store.extend("a", [Message.user("three")])
+        store.extend("k", [Message.user("one", id="m1"), Message.assistant("two")])
+    other = tmp_path / "other.jsonl"
+    assert run(capsys, "export", "k", "-o", str(other), "--url", elsewhere)[0] == 0
     code, _, err = run(capsys, "import", str(other), "--url", url)
-    assert code == 1 and "replace" in err, err
+    assert code == 1 and "--replace" in one_error_line(err), err
     code, out, _ = run(capsys, "import", str(other), "--replace", "--url", url)
     assert code == 0 and "replaced" in out
     with MemoryStore(url) as store:
-        assert [m.text for m in store.messages("a")] == ["one"]
+        assert [m.text for m in store.messages("k")] == ["uno"]
 
 
 @needs_transfer

@@ -366,6 +366,9 @@ def import_(args: argparse.Namespace) -> int:
             try:
                 result = transfer.import_jsonl(store, fp, replace=args.replace,
                                                rename=args.target, progress=progress)
+            except ConflictError as exc:
+                raise ConflictError(f"{exc} (pass --replace to overwrite the stored "
+                                    "conversation with the file's)") from exc
             except (InvalidInputError, ValidationError) as exc:
                 for done in getattr(exc, "imported", None) or ():
                     _print_imported(done)  # conversations earlier in the file are stored
