@@ -223,8 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("export", "write conversations to a JSON lines file (streaming)", cmd.export,
                 description="Write conversations in memstore's versioned JSON lines format "
-                            "(docs: 'The export format'), reading each in pages so memory "
-                            "stays flat on any length.")
+                            "(a header line per conversation, then one line per stored "
+                            "message with every field), reading each in pages so memory "
+                            "stays flat on any length. 'memstore import' reads it back.")
     p.add_argument("conversation_ids", nargs="*", metavar="CONV",
                    help="conversations to export (default: all)")
     p.add_argument("-o", "--output", metavar="FILE",
