@@ -1,0 +1,675 @@
+"""The context builder: one token budget allocated over tiered blocks.
+
+An agent's prompt is more than its chat history: a system prompt that must fit,
+facts, retrieved documents that may be dropped, the stored history that may be
+trimmed or summarised, a scratchpad. :class:`ContextBuilder` serves
+:class:`Block` objects in tier order (:class:`Tier`, insertion order within a tier),
+gives each the budget that is left (or its own ``max_tokens`` cap when smaller),
+and applies the block's :class:`Strategy` only when the block does not fit. The
+result, a :class:`CompiledContext`, carries a :class:`CompileReport` of what was
+evicted and why.
+
+Guarantee: ``counter.count_messages(compiled.messages) <= max_tokens``, always,
+or an error (:class:`~memstore.errors.ContextBudgetError` with the numbers).
+
+Token arithmetic: the builder counts each message once with ``count_message``
+(a stored message's count is reused when it came from the same counter) and
+charges the reply priming (``counter.count_messages([])``) once, before the first
+block, so ``total_tokens_used = priming + Σ tokens_per_block``; with an additive
+counter (every memstore counter, and what :class:`~memstore.tokens.TokenCounter`
+asks for) that equals ``counter.count_messages(messages)``.
+
+Units: an assistant message with ``tool_calls`` and the ``tool`` messages right
+after it form one unit (the run rule of :mod:`memstore.units`); no strategy ever
+splits one, and a custom strategy's output that does is refused.
+
+A :class:`HistoryBlock` reads a stored conversation through a view sized to the
+budget its block actually gets, so it reads O(window) rows, never the whole
+history. The builder itself runs no SQL: history blocks go through the store's
+public ``window`` method.
+
+Reference: contexty (Go, v0.1–v0.3.3), ``Builder.Compile`` with tiers.
+
+Differences: contexty keys its report maps by block id, so duplicate ids overwrite
+each other; memstore refuses a duplicate id. contexty's ``BlocksDropped`` may
+repeat; memstore's never does. contexty checks a custom strategy's output against
+the *global* remainder; memstore checks it against the block's own budget (its cap
+or what remains, whichever is smaller). contexty's pair mode
+(``KeepUserAssistantPairs``) leaves orphan tool results; memstore never splits a
+tool unit. contexty truncates system messages unless their role is protected;
+memstore never removes system, developer or pinned messages in
+:class:`TruncateOldest`. contexty has no stored history; memstore's history
+blocks read only the window.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+from collections.abc import Generator, Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import TYPE_CHECKING, Any, cast
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from memstore.errors import (
+    ConfigurationError,
+    ContextBudgetError,
+    ConversationNotFoundError,
+    InvalidInputError,
+    NotFoundError,
+)
+from memstore.models import (
+    MAX_ID_LENGTH,
+    ContextWindow,
+    Message,
+    WindowReport,
+    _check_json,
+)
+from memstore.strategies import (
+    Drop,
+    Strategy,
+    Strict,
+    Summarize,
+    SummarizeCall,
+    Summarizer,
+    TruncateOldest,
+    splits_units,
+)
+from memstore.tokens import TokenCounter, default_counter, message_tokens
+from memstore.views import ContextView, TokenLimitedView
+
+if TYPE_CHECKING:  # pragma: no cover - typing only; the builder never imports a store
+    from memstore.aio import AsyncMemoryStore
+    from memstore.store import MemoryStore
+
+__all__ = [
+    "Block",
+    "CompileReport",
+    "CompiledContext",
+    "ContextBuilder",
+    "Drop",
+    "HistoryBlock",
+    "Strategy",
+    "Strict",
+    "Summarize",
+    "Summarizer",
+    "Tier",
+    "TruncateOldest",
+]
+
+
+class Tier(IntEnum):
+    """Standard block tiers; lower is served first. Any int is a valid custom tier."""
+
+    SYSTEM = 0
+    CORE = 1
+    RAG = 2
+    HISTORY = 3
+    SCRATCHPAD = 4
+
+
+# ---- blocks -----------------------------------------------------------------------------
+
+
+def _check_conversation_id(value: object) -> str:
+    if not isinstance(value, str):
+        raise InvalidInputError(f"conversation id must be a str, not {type(value).__name__}")
+    if not value or len(value) > MAX_ID_LENGTH or "\x00" in value:
+        raise InvalidInputError(
+            f"conversation id must be 1–{MAX_ID_LENGTH} characters with no NUL, got {value!r}"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class HistoryBlock:
+    """A stored conversation as a block's content.
+
+    The builder reads it with ``store.window(conversation_id, view)`` (or
+    ``await store.window(...)`` for an :class:`~memstore.aio.AsyncMemoryStore`,
+    under :meth:`ContextBuilder.acompile`):
+
+    * a budgeted view (default :class:`~memstore.views.TokenLimitedView`; any view
+      with a ``token_limit``) is rebuilt with ``token_limit`` = the budget the block
+      actually gets plus the reply priming (the view counts priming, the builder
+      charges it once for the whole output) and with the builder's counter, so it
+      reads O(window) rows, never the whole history. Its other settings
+      (``reserve``, ``tools``, ``start_on_user`` …) are kept;
+    * when the view's required part (anchored messages and the newest unit) does
+      not fit that budget, the view is read again with exactly the budget it needs
+      and the block's strategy decides: :class:`Strict` raises, :class:`Drop`
+      drops, :class:`TruncateOldest` removes what is not anchored, :class:`Summarize`
+      summarises what was read;
+    * a count-based view (``BufferedView``, ``RecentTurnsView`` …) is applied as it
+      is, then the block's strategy trims if needed.
+
+    A conversation that is not stored yet is an empty block (skipped).
+
+    Args:
+        store: a :class:`~memstore.store.MemoryStore` or
+            :class:`~memstore.aio.AsyncMemoryStore`.
+        conversation_id: the conversation to read.
+        view: the view to read it through; ``None`` for a ``TokenLimitedView``.
+
+    Raises:
+        ConfigurationError: (a ``ValueError``) ``store`` has no ``window`` method or
+            ``view`` is not a view.
+        InvalidInputError: (a ``ValueError``) an invalid conversation id.
+    """
+
+    store: MemoryStore | AsyncMemoryStore
+    conversation_id: str
+    view: ContextView | None = None
+
+    def __post_init__(self) -> None:
+        if not callable(getattr(self.store, "window", None)):
+            raise ConfigurationError(
+                f"HistoryBlock needs a MemoryStore or AsyncMemoryStore, got {self.store!r}"
+            )
+        _check_conversation_id(self.conversation_id)
+        if self.view is not None and not isinstance(self.view, ContextView):
+            raise ConfigurationError(f"HistoryBlock view must be a ContextView, got {self.view!r}")
+
+    @property
+    def is_async(self) -> bool:
+        """Whether the store's ``window`` is a coroutine (an ``AsyncMemoryStore``)."""
+        return inspect.iscoroutinefunction(self.store.window)
+
+
+def _check_block_id(value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigurationError(f"a block id must be a non-empty string, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, init=False, eq=False)
+class Block:
+    """One part of the prompt: fixed messages or a stored history, with a strategy.
+
+    Args:
+        id: the block's name (unique in a builder; the report's keys).
+        tier: a :class:`Tier` or any int (lower is served first).
+        strategy: what to do when the block does not fit (required).
+        messages: the block's messages (copied at construction), or
+        history: a :class:`HistoryBlock` — exactly one of the two.
+        max_tokens: a cap (>= 1): the block gets ``min(max_tokens, remaining)``.
+        cache_control: a JSON object (e.g. ``{"type": "ephemeral"}``) stamped on a
+            copy of the block's last output message (metadata
+            ``{"memstore": {"cache_control": ...}}``, and ``cache_control`` on the last
+            content part in :meth:`CompiledContext.to_openai`). Not interpreted
+            otherwise.
+
+    Raises:
+        ConfigurationError: (a ``ValueError``) a missing strategy, both or neither of
+            ``messages``/``history``, a ``max_tokens`` <= 0, a non-int tier, a
+            non-Message in ``messages`` or a ``cache_control`` that is not a JSON object.
+    """
+
+    id: str
+    tier: int
+    strategy: Strategy
+    messages: tuple[Message, ...] | None = None
+    history: HistoryBlock | None = None
+    max_tokens: int | None = None
+    cache_control: Mapping[str, JsonValue] | None = field(default=None, hash=False)
+
+    def __init__(
+        self,
+        id: str,
+        *,
+        tier: int,
+        strategy: Strategy,
+        messages: Iterable[Message] | None = None,
+        history: HistoryBlock | None = None,
+        max_tokens: int | None = None,
+        cache_control: Mapping[str, JsonValue] | None = None,
+    ) -> None:
+        _check_block_id(id)
+        where = f"block {id!r}"
+        if not isinstance(tier, int) or isinstance(tier, bool):
+            raise ConfigurationError(f"{where}: tier must be a Tier or an int, got {tier!r}")
+        if strategy is None:
+            raise ConfigurationError(f"{where} has no strategy")
+        if not isinstance(strategy, Strategy):
+            raise ConfigurationError(
+                f"{where}: strategy must be a Strategy (Strict(), Drop(), TruncateOldest(), "
+                f"Summarize(...) or a subclass), got {strategy!r}"
+            )
+        if (messages is None) == (history is None):
+            raise ConfigurationError(f"{where} needs exactly one of messages= or history=")
+        copied: tuple[Message, ...] | None = None
+        if messages is not None:
+            if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
+                raise ConfigurationError(f"{where}: messages must be a list of Message")
+            copied = tuple(messages)
+            for i, m in enumerate(copied):
+                if not isinstance(m, Message):
+                    raise ConfigurationError(
+                        f"{where}: messages[{i}] is a {type(m).__name__}, not a Message "
+                        "(build it with Message.from_openai)"
+                    )
+        if history is not None and not isinstance(history, HistoryBlock):
+            raise ConfigurationError(f"{where}: history must be a HistoryBlock, got {history!r}")
+        if max_tokens is not None and (
+            not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens <= 0
+        ):
+            raise ConfigurationError(f"{where}: max_tokens must be an int >= 1, got {max_tokens!r}")
+        control: dict[str, JsonValue] | None = None
+        if cache_control is not None:
+            if not isinstance(cache_control, Mapping):
+                raise ConfigurationError(f"{where}: cache_control must be a JSON object")
+            try:
+                _check_json(cache_control, "cache_control")
+                control = json.loads(json.dumps(dict(cache_control)))
+            except (TypeError, ValueError) as exc:
+                raise ConfigurationError(f"{where}: {exc}") from exc
+        for name, value in (("id", id), ("tier", tier), ("strategy", strategy),
+                            ("messages", copied), ("history", history),
+                            ("max_tokens", max_tokens), ("cache_control", control)):
+            object.__setattr__(self, name, value)
+
+
+# ---- results ----------------------------------------------------------------------------
+
+_REPORT = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+
+class CompileReport(BaseModel):
+    """What a compile kept, evicted and dropped, with the token arithmetic.
+
+    ``total_tokens_used = priming + Σ tokens_per_block`` (priming even when the
+    output is empty) ``= counter.count_messages(messages)`` and
+    ``remaining_tokens = max_tokens - total_tokens_used``.
+
+    Attributes:
+        total_tokens_used: the output's tokens, reply priming included.
+        remaining_tokens: ``max_tokens - total_tokens_used``.
+        original_tokens: ``Σ original_tokens_per_block``.
+        original_tokens_per_block: block id → tokens before eviction (for a history
+            block: the tokens its view returned; the rest of the conversation is
+            never read). Empty blocks are skipped and not listed.
+        tokens_per_block: block id → tokens in the output (0 for a dropped block).
+        evictions: block id → ``"dropped"``, ``"truncated"``, ``"summarized"`` or
+            ``"evicted"`` (custom strategies); only blocks whose strategy was applied.
+        blocks_dropped: ids of blocks left out whole by their strategy, in serving
+            order, no repeats.
+        history_reports: history block id → the ``WindowReport`` of the view that
+            read it (``rows_read`` is the cost).
+    """
+
+    model_config = _REPORT
+
+    total_tokens_used: int
+    remaining_tokens: int
+    original_tokens: int
+    original_tokens_per_block: dict[str, int] = Field(default_factory=dict)
+    tokens_per_block: dict[str, int] = Field(default_factory=dict)
+    evictions: dict[str, str] = Field(default_factory=dict)
+    blocks_dropped: list[str] = Field(default_factory=list)
+    history_reports: dict[str, WindowReport] = Field(default_factory=dict)
+
+
+def _cache_control_of(message: Message) -> Mapping[str, Any] | None:
+    own = message.metadata.get("memstore")
+    if isinstance(own, Mapping):
+        control = own.get("cache_control")
+        if isinstance(control, Mapping):
+            return control
+    return None
+
+
+class CompiledContext(BaseModel):
+    """The builder's output: the messages to send, their tokens and the report.
+
+    Attributes:
+        messages: blocks in serving order (tier, then insertion), each block's
+            messages in their order.
+        token_count: ``counter.count_messages(messages)`` (reply priming included).
+        max_tokens: the builder's budget.
+        report: the :class:`CompileReport`.
+    """
+
+    model_config = _REPORT
+
+    messages: list[Message]
+    token_count: int
+    max_tokens: int
+    report: CompileReport
+
+    def to_openai(self, *, cache_control: bool = True) -> list[dict[str, Any]]:
+        """Return the messages as OpenAI Chat Completions message dicts.
+
+        A message stamped with a block's ``cache_control`` renders its content as
+        text parts with ``cache_control`` on the last one (the form
+        Anthropic-compatible gateways read); pass ``cache_control=False`` for plain
+        OpenAI output. A stamped message without content (a tool call) is rendered
+        plainly.
+        """
+        out: list[dict[str, Any]] = []
+        for m in self.messages:
+            item = m.to_openai()
+            control = _cache_control_of(m) if cache_control else None
+            content = item.get("content")
+            if control is not None and content:
+                parts = [{"type": "text", "text": content}] if isinstance(content, str) else [
+                    dict(part) for part in content
+                ]
+                parts[-1]["cache_control"] = json.loads(json.dumps(dict(control)))
+                item["content"] = parts
+            out.append(item)
+        return out
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+
+def _stamp(message: Message, control: Mapping[str, JsonValue]) -> Message:
+    """A copy of ``message`` whose metadata carries ``{"memstore": {"cache_control": ...}}``."""
+    metadata = dict(message.metadata)
+    own = metadata.get("memstore")
+    ours = dict(own) if isinstance(own, Mapping) else {}
+    ours["cache_control"] = json.loads(json.dumps(dict(control)))
+    metadata["memstore"] = ours
+    return message.model_copy(update={"metadata": metadata})
+
+
+# ---- requests: the two steps that may await ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class _ReadWindow:
+    history: HistoryBlock
+    view: ContextView
+    block_id: str
+
+    def run_sync(self) -> ContextWindow | None:
+        if self.history.is_async:
+            raise ConfigurationError(
+                f"block {self.block_id!r} reads an AsyncMemoryStore; use "
+                "`await builder.acompile()`"
+            )
+        try:
+            result = self.history.store.window(self.history.conversation_id, self.view)
+        except ConversationNotFoundError:
+            return None
+        if inspect.isawaitable(result):  # pragma: no cover - a store faking its type
+            if inspect.iscoroutine(result):
+                result.close()
+            raise ConfigurationError(
+                f"block {self.block_id!r}'s store returned an awaitable; use "
+                "`await builder.acompile()`"
+            )
+        return result
+
+    async def run_async(self) -> ContextWindow | None:
+        try:
+            result: Any = self.history.store.window(self.history.conversation_id, self.view)
+            if inspect.isawaitable(result):
+                result = await result
+        except ConversationNotFoundError:
+            return None
+        return cast(ContextWindow, result)
+
+
+
+_Request = _ReadWindow | SummarizeCall
+
+
+# ---- the builder ------------------------------------------------------------------------
+
+
+def _view_fields(view: ContextView) -> set[str]:
+    return {f.name for f in dataclasses.fields(view)} if dataclasses.is_dataclass(view) else set()
+
+
+def _min_view_limit(view: ContextView | None) -> int:
+    reserve = getattr(view, "reserve", 0) if view is not None else 0
+    return max(1, (reserve if isinstance(reserve, int) else 0) + 1)
+
+
+class ContextBuilder:
+    """Allocate one token budget over tiered blocks.
+
+    Blocks are served in tier order (insertion order within a tier); empty blocks
+    are skipped. Each block gets ``min(block.max_tokens, remaining)`` (or what
+    remains); a block that fits is kept as it is, otherwise its strategy is applied
+    and its output recounted. Reply priming (``counter.count_messages([])``) is
+    charged once, before the first block. Blocks persist across compiles;
+    compiling twice with nothing changed gives the same result. The builder is not
+    thread-safe while blocks are being added or removed.
+
+    Args:
+        max_tokens: the budget (an int >= 1, at least the counter's priming).
+        counter: the token counter; defaults to the offline cl100k
+            :class:`~memstore.tokens.TiktokenCounter`.
+
+    Raises:
+        ConfigurationError: (a ``ValueError``) ``max_tokens`` <= 0 or below the reply
+            priming, or ``counter`` is not a ``TokenCounter``.
+    """
+
+    def __init__(self, max_tokens: int, counter: TokenCounter | None = None) -> None:
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens <= 0:
+            raise ConfigurationError(
+                f"ContextBuilder max_tokens must be an int >= 1, got {max_tokens!r}"
+            )
+        if counter is None:
+            counter = default_counter()
+        elif not isinstance(counter, TokenCounter):
+            raise ConfigurationError(
+                f"ContextBuilder counter must be a TokenCounter, got {counter!r}"
+            )
+        priming = counter.count_messages([])
+        if priming > max_tokens:
+            raise ConfigurationError(
+                f"ContextBuilder max_tokens ({max_tokens}) is below the counter's reply "
+                f"priming ({priming}): not even an empty request fits"
+            )
+        self._max_tokens = max_tokens
+        self._counter = counter
+        self._priming = priming
+        self._blocks: dict[str, Block] = {}
+
+    @property
+    def max_tokens(self) -> int:
+        """The budget."""
+        return self._max_tokens
+
+    @property
+    def counter(self) -> TokenCounter:
+        """The token counter."""
+        return self._counter
+
+    @property
+    def blocks(self) -> tuple[Block, ...]:
+        """The blocks, in insertion order."""
+        return tuple(self._blocks.values())
+
+    def add_block(self, block: Block) -> ContextBuilder:
+        """Add a block; returns the builder so calls chain.
+
+        Raises:
+            ConfigurationError: (a ``ValueError``) not a :class:`Block`, or a block with
+                this id is already added.
+        """
+        if not isinstance(block, Block):
+            raise ConfigurationError(f"add_block needs a Block, got {block!r}")
+        if block.id in self._blocks:
+            raise ConfigurationError(
+                f"a block with id {block.id!r} is already added; ids must be unique "
+                "(remove_block it first to replace it)"
+            )
+        self._blocks[block.id] = block
+        return self
+
+    def remove_block(self, id: str) -> ContextBuilder:
+        """Remove the block ``id``; returns the builder.
+
+        Raises:
+            NotFoundError: (a ``LookupError``) no block has this id.
+        """
+        if id not in self._blocks:
+            raise NotFoundError(f"no block with id {id!r}")
+        del self._blocks[id]
+        return self
+
+    def compile(self) -> CompiledContext:
+        """Compile the blocks into one context.
+
+        Raises:
+            ContextBudgetError: a :class:`Strict` block does not fit, protected messages
+                do not fit a :class:`TruncateOldest` block, or a custom strategy (or a
+                view) exceeded the block's budget.
+            ConfigurationError: a history block reads an ``AsyncMemoryStore``, a
+                summarizer is async (use :meth:`acompile`), or a custom strategy split
+                a tool unit.
+        """
+        steps = self._steps()
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                request = steps.send(value) if error is None else steps.throw(error)
+            except StopIteration as stop:
+                return cast(CompiledContext, stop.value)
+            value, error = None, None
+            try:
+                value = request.run_sync()
+            except Exception as exc:  # handed to the step that asked; it decides
+                error = exc
+
+    async def acompile(self) -> CompiledContext:
+        """Compile, awaiting async history stores and async summarizers.
+
+        Works with sync stores and summarizers too. Raises as :meth:`compile`.
+        """
+        steps = self._steps()
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                request = steps.send(value) if error is None else steps.throw(error)
+            except StopIteration as stop:
+                return cast(CompiledContext, stop.value)
+            value, error = None, None
+            try:
+                value = await request.run_async()
+            except Exception as exc:
+                error = exc
+
+    # ---- internals ----------------------------------------------------------------------
+
+    def _read_history(
+        self, block: Block, budget: int
+    ) -> Generator[_Request, Any, tuple[list[Message], WindowReport]]:
+        history = block.history
+        assert history is not None
+        counter = self._counter
+        view = history.view
+        if view is None or (view.budgeted and "token_limit" in _view_fields(view)):
+            names = _view_fields(view) if view is not None else set()
+            limit = max(budget + self._priming, _min_view_limit(view))
+            for _ in range(8):
+                if view is None:
+                    sized: ContextView = TokenLimitedView(token_limit=limit, counter=counter)
+                else:
+                    changes: dict[str, Any] = {"token_limit": limit}
+                    if "counter" in names:
+                        changes["counter"] = counter
+                    sized = dataclasses.replace(cast(Any, view), **changes)
+                try:
+                    window = yield _ReadWindow(history, sized, block.id)
+                except ContextBudgetError as exc:
+                    # The required part (anchored messages + newest unit) does not fit:
+                    # read exactly that part, and let the block's strategy decide.
+                    limit = max(exc.required, limit + 1)
+                    continue
+                break
+            else:  # pragma: no cover - a conversation growing faster than it is read
+                raise ContextBudgetError(
+                    f"block {block.id!r}: the conversation's newest unit kept growing while "
+                    "it was being read", required=limit, budget=budget,
+                )
+        else:
+            sized = view
+            window = yield _ReadWindow(history, view, block.id)
+        if window is None:  # not stored yet: an empty block
+            return [], sized.apply([], counter).report
+        return list(window.messages), window.report
+
+    def _steps(self) -> Generator[_Request, Any, CompiledContext]:
+        counter = self._counter
+        priming = self._priming
+        remaining = self._max_tokens - priming
+        output: list[Message] = []
+        original_per_block: dict[str, int] = {}
+        per_block: dict[str, int] = {}
+        evictions: dict[str, str] = {}
+        dropped: list[str] = []
+        history_reports: dict[str, WindowReport] = {}
+        ordered = sorted(self._blocks.values(), key=lambda b: int(b.tier))
+        for block in ordered:
+            budget = remaining if block.max_tokens is None else min(block.max_tokens, remaining)
+            if block.history is not None:
+                messages, window_report = yield from self._read_history(block, budget)
+                history_reports[block.id] = window_report
+            else:
+                messages = list(block.messages or ())
+            if not messages:
+                continue
+            counts = [message_tokens(m, counter) for m in messages]
+            tokens = sum(counts)
+            original_per_block[block.id] = tokens
+            if tokens <= budget:
+                kept = messages
+            else:
+                strategy = block.strategy
+                kept = yield from strategy._evict(block.id, messages, counts, budget, counter)
+                if not isinstance(kept, list) or not all(isinstance(m, Message) for m in kept):
+                    raise ConfigurationError(
+                        f"strategy {type(strategy).__name__} of block {block.id!r} must return "
+                        f"a list of Message, got {kept!r}"
+                    )
+                if splits_units(messages, kept):
+                    raise ConfigurationError(
+                        f"strategy {type(strategy).__name__} of block {block.id!r} split a tool "
+                        "unit (a call without all its results, or a result without its call)"
+                    )
+                evictions[block.id] = strategy.label
+                if not kept:
+                    dropped.append(block.id)
+                    per_block[block.id] = 0
+                    continue
+                counts = [message_tokens(m, counter) for m in kept]
+            if block.cache_control is not None:
+                kept = [*kept[:-1], _stamp(kept[-1], block.cache_control)]
+                counts = [*counts[:-1], counter.count_message(kept[-1])]
+            used = sum(counts)
+            if used > budget:
+                raise ContextBudgetError(
+                    f"strategy {type(block.strategy).__name__} exceeded its budget in block "
+                    f"{block.id!r}: its output needs {used} tokens and the block's budget is "
+                    f"{budget}",
+                    required=used, budget=budget,
+                )
+            per_block[block.id] = used
+            remaining -= used
+            output.extend(kept)
+        total = self._max_tokens - remaining
+        report = CompileReport(
+            total_tokens_used=total,
+            remaining_tokens=remaining,
+            original_tokens=sum(original_per_block.values()),
+            original_tokens_per_block=original_per_block,
+            tokens_per_block=per_block,
+            evictions=evictions,
+            blocks_dropped=dropped,
+            history_reports=history_reports,
+        )
+        return CompiledContext(
+            messages=output, token_count=total, max_tokens=self._max_tokens, report=report
+        )
+

@@ -1,0 +1,399 @@
+"""Eviction strategies: what a block does when it does not fit its budget.
+
+Built in: :class:`Strict` (raise), :class:`Drop` (leave the block out),
+:class:`TruncateOldest` (remove the oldest units) and :class:`Summarize` (replace the
+block by a summary). A custom strategy subclasses :class:`Strategy` and implements
+:meth:`Strategy.apply`. :class:`~memstore.builder.ContextBuilder` applies a block's
+strategy only when the block does not fit, and checks what it returns.
+
+Units: an assistant message with ``tool_calls`` and the ``tool`` messages right
+after it form one unit (the run rule of :mod:`memstore.units`); no strategy here
+ever splits one. Pure: no I/O (a summarizer may do I/O; the builder calls it).
+"""
+
+from __future__ import annotations
+
+import abc
+import inspect
+from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from memstore.errors import ConfigurationError, ContextBudgetError
+from memstore.models import ANCHOR_ROLES, Message
+from memstore.tokens import TokenCounter, message_tokens
+
+__all__ = [
+    "Drop",
+    "Strategy",
+    "Strict",
+    "Summarize",
+    "Summarizer",
+    "TruncateOldest",
+]
+
+#: A summarizer: called with a block's messages, returns the summary text (which
+#: becomes a ``system`` message) or a message. May be ``async`` (then only
+#: :meth:`~memstore.builder.ContextBuilder.acompile` can call it).
+Summarizer = Callable[[list[Message]], str | Message | Awaitable[str | Message]]
+
+
+# ---- units ------------------------------------------------------------------------------
+
+
+def units_of(messages: Sequence[Message]) -> list[tuple[int, int]]:
+    """Index ranges ``[start, end)`` of the units of a chronological message list.
+
+    An assistant message with ``tool_calls`` and every ``tool`` message right after
+    it form one unit (a whole run: a stray result inside the run stays with it);
+    every other message is a unit of its own. A superset of
+    :func:`memstore.units.group_units`' grouping, so it never splits one of its units.
+    """
+    out: list[tuple[int, int]] = []
+    i, n = 0, len(messages)
+    while i < n:
+        j = i + 1
+        if messages[i].role == "assistant" and messages[i].tool_calls:
+            while j < n and messages[j].role == "tool":
+                j += 1
+        out.append((i, j))
+        i = j
+    return out
+
+
+def _runs(messages: Sequence[Message]) -> list[tuple[Message, ...]]:
+    """The tool runs of a list (a call and its results, or stray results)."""
+    runs: list[tuple[Message, ...]] = []
+    i, n = 0, len(messages)
+    while i < n:
+        m = messages[i]
+        is_call = m.role == "assistant" and bool(m.tool_calls)
+        if is_call or m.role == "tool":
+            j = i + 1
+            while j < n and messages[j].role == "tool":
+                j += 1
+            runs.append(tuple(messages[i:j]))
+            i = j
+        else:
+            i += 1
+    return runs
+
+
+def _run_complete(run: tuple[Message, ...]) -> bool:
+    """Whether a run is a call whose ids are each answered exactly once, with nothing else."""
+    head = run[0]
+    if head.role != "assistant" or not head.tool_calls:
+        return False
+    answers = [m.tool_call_id for m in run[1:]]
+    return len(answers) == len(set(answers)) and set(answers) == set(head.tool_call_ids)
+
+
+def splits_units(original: Sequence[Message], output: Sequence[Message]) -> bool:
+    """Whether ``output`` holds a tool run that is neither complete nor one of ``original``'s."""
+    incomplete = [run for run in _runs(output) if not _run_complete(run)]
+    if not incomplete:
+        return False
+    given = _runs(original)  # messages are not hashable: compare by value
+    return any(run not in given for run in incomplete)
+
+
+# ---- strategies -------------------------------------------------------------------------
+
+
+class Strategy(abc.ABC):
+    """What a block does when it does not fit its budget.
+
+    Built in: :class:`Strict`, :class:`Drop`, :class:`TruncateOldest`,
+    :class:`Summarize`. A custom strategy subclasses this class and implements
+    :meth:`apply`; the builder recounts its output, raises
+    :class:`~memstore.errors.ContextBudgetError` when it overruns the block's budget,
+    refuses output that splits a tool unit (:class:`~memstore.errors.ConfigurationError`),
+    and reports the block as ``"evicted"``.
+    """
+
+    #: The eviction label in :attr:`CompileReport.evictions`.
+    label: ClassVar[str] = "evicted"
+
+    @abc.abstractmethod
+    def apply(
+        self,
+        messages: list[Message],
+        tokens: int,
+        limit: int,
+        counter: TokenCounter,
+    ) -> list[Message]:
+        """Return the messages to keep (``[]`` drops the block).
+
+        Args:
+            messages: the block's messages (a copy; chronological).
+            tokens: their tokens (``Σ count_message``, no priming).
+            limit: the block's budget in the same units; the output must fit it.
+            counter: the builder's counter.
+        """
+
+    def _evict(
+        self, block_id: str, messages: list[Message], counts: list[int], limit: int,
+        counter: TokenCounter,
+    ) -> Generator[Any, Any, list[Message]]:
+        """The builder's entry point (a generator so that a step may await)."""
+        return (yield from _no_requests(self.apply(list(messages), sum(counts), limit, counter)))
+
+
+def _no_requests(value: list[Message]) -> Generator[Any, Any, list[Message]]:
+    return value
+    yield  # pragma: no cover - makes this a generator
+
+
+def _budget_error(block_id: str, tokens: int, limit: int) -> ContextBudgetError:
+    return ContextBudgetError(
+        f"block {block_id!r} needs {tokens} tokens and its budget is {limit} (Strict)",
+        required=tokens, budget=limit,
+    )
+
+
+@dataclass(frozen=True)
+class Strict(Strategy):
+    """The block must fit: raise :class:`~memstore.errors.ContextBudgetError` otherwise.
+
+    The error names the block, its tokens (``required``) and its budget (``budget``).
+    For system prompts and rules that must never be cut.
+    """
+
+    label: ClassVar[str] = "rejected"
+
+    def apply(self, messages: list[Message], tokens: int, limit: int,
+              counter: TokenCounter) -> list[Message]:
+        """Raise :class:`~memstore.errors.ContextBudgetError` (called only on overflow)."""
+        raise _budget_error("<block>", tokens, limit)
+
+    def _evict(
+        self, block_id: str, messages: list[Message], counts: list[int], limit: int,
+        counter: TokenCounter,
+    ) -> Generator[Any, Any, list[Message]]:
+        raise _budget_error(block_id, sum(counts), limit)
+        yield  # pragma: no cover - makes this a generator
+
+
+@dataclass(frozen=True)
+class Drop(Strategy):
+    """The block is left out whole when it does not fit (label ``"dropped"``)."""
+
+    label: ClassVar[str] = "dropped"
+
+    def apply(self, messages: list[Message], tokens: int, limit: int,
+              counter: TokenCounter) -> list[Message]:
+        """Return ``[]``."""
+        return []
+
+
+@dataclass(frozen=True)
+class TruncateOldest(Strategy):
+    """Remove the oldest units until the block fits (label ``"truncated"``).
+
+    Rules:
+
+    * An assistant message with tool calls and its results is one unit, removed
+      whole — never an orphan, whatever the options say.
+    * With ``keep_turns_atomic``, a whole turn (a user message and everything up to
+      the next user message) is removed at once, so no reply is left without its
+      question. Units before the first user message are removed one at a time.
+    * ``system``, ``developer`` and pinned messages are never removed; roles in
+      ``protect_roles`` are added to them. A unit holding a protected message is
+      protected whole (removing a turn removes its unprotected units only).
+    * If only protected messages are left and they still do not fit:
+      :class:`~memstore.errors.ContextBudgetError` naming the block (protected
+      messages never vanish silently; this wins over ``min_messages``).
+    * Otherwise, if fewer than ``min_messages`` messages would remain, the block is
+      dropped (still labelled ``"truncated"``; its id is in ``blocks_dropped``).
+
+    Cost: one pass over per-message counts (a running total), never a recount.
+
+    Args:
+        keep_turns_atomic: remove whole user turns.
+        min_messages: the fewest messages worth keeping (>= 0).
+        protect_roles: roles never removed, in addition to system and developer.
+
+    Raises:
+        ConfigurationError: (a ``ValueError``) an invalid parameter.
+    """
+
+    label: ClassVar[str] = "truncated"
+
+    keep_turns_atomic: bool = False
+    min_messages: int = 0
+    protect_roles: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.keep_turns_atomic, bool):
+            raise ConfigurationError(
+                f"TruncateOldest keep_turns_atomic must be a bool, got {self.keep_turns_atomic!r}"
+            )
+        if (not isinstance(self.min_messages, int) or isinstance(self.min_messages, bool)
+                or self.min_messages < 0):
+            raise ConfigurationError(
+                f"TruncateOldest min_messages must be an int >= 0, got {self.min_messages!r}"
+            )
+        roles = self.protect_roles
+        if isinstance(roles, str) or not isinstance(roles, Iterable):
+            raise ConfigurationError(
+                f"TruncateOldest protect_roles must be a sequence of roles, got {roles!r}"
+            )
+        normalized = tuple(dict.fromkeys(roles))
+        known = ("system", "developer", "user", "assistant", "tool")
+        unknown = [r for r in normalized if r not in known]
+        if unknown:
+            raise ConfigurationError(
+                f"TruncateOldest protect_roles has unknown role(s) {unknown}; roles are {known}"
+            )
+        object.__setattr__(self, "protect_roles", normalized)
+
+    def apply(self, messages: list[Message], tokens: int, limit: int,
+              counter: TokenCounter) -> list[Message]:
+        """Truncate ``messages`` to ``limit`` (see the class rules)."""
+        counts = [message_tokens(m, counter) for m in messages]
+        return self._truncate("<block>", messages, counts, limit)[0]
+
+    def _evict(
+        self, block_id: str, messages: list[Message], counts: list[int], limit: int,
+        counter: TokenCounter,
+    ) -> Generator[Any, Any, list[Message]]:
+        return (yield from _no_requests(self._truncate(block_id, messages, counts, limit)[0]))
+
+    def _truncate(self, block_id: str, messages: Sequence[Message], counts: Sequence[int],
+                  limit: int) -> tuple[list[Message], int]:
+        protected_roles = ANCHOR_ROLES | set(self.protect_roles)
+        units = units_of(messages)
+        unit_tokens = [sum(counts[s:e]) for s, e in units]
+        unit_protected = [
+            any(m.pinned or m.role in protected_roles for m in messages[s:e]) for s, e in units
+        ]
+        # Removal groups, oldest first: single units, or whole turns.
+        groups: list[list[int]] = []
+        seen_user = False
+        for u, (s, _) in enumerate(units):
+            starts_turn = messages[s].role == "user"
+            if self.keep_turns_atomic and seen_user and not starts_turn:
+                groups[-1].append(u)
+            else:
+                groups.append([u])
+            seen_user = seen_user or starts_turn
+        total = sum(unit_tokens)
+        removed = [False] * len(units)
+        for group in groups:
+            if total <= limit:
+                break
+            for u in group:
+                if not unit_protected[u]:
+                    removed[u] = True
+                    total -= unit_tokens[u]
+        if total > limit:
+            raise ContextBudgetError(
+                f"block {block_id!r}: its protected messages (system, developer, pinned"
+                + (f", {', '.join(self.protect_roles)}" if self.protect_roles else "")
+                + f") need {total} tokens and its budget is {limit} (TruncateOldest)",
+                required=total, budget=limit,
+            )
+        kept = [m for u, (s, e) in enumerate(units) if not removed[u] for m in messages[s:e]]
+        if len(kept) < self.min_messages:
+            return [], 0
+        return kept, total
+
+
+@dataclass(frozen=True)
+class Summarize(Strategy):
+    """Replace the block by a summary when it does not fit (label ``"summarized"``).
+
+    The summarizer is called once with the block's messages. A ``str`` result
+    becomes a ``system`` message; a :class:`~memstore.models.Message` is used as it
+    is. If the summary fits the block's budget it replaces the block, otherwise the
+    block is dropped (still labelled ``"summarized"``; its id is in
+    ``blocks_dropped``). The summarizer's errors propagate unchanged. An ``async``
+    summarizer works only under :meth:`~memstore.builder.ContextBuilder.acompile`.
+
+    Args:
+        summarizer: ``(list[Message]) -> str | Message``, sync or async.
+
+    Raises:
+        ConfigurationError: (a ``ValueError``) ``summarizer`` is not callable.
+    """
+
+    label: ClassVar[str] = "summarized"
+
+    summarizer: Summarizer
+
+    def __post_init__(self) -> None:
+        if not callable(self.summarizer):
+            raise ConfigurationError(
+                f"Summarize needs a callable summarizer, got {self.summarizer!r}"
+            )
+
+    def apply(self, messages: list[Message], tokens: int, limit: int,
+              counter: TokenCounter) -> list[Message]:
+        """Summarize with a sync summarizer; ``[]`` when the summary does not fit."""
+        result = _call_summarizer_sync(self.summarizer, messages, "<block>")
+        summary = _summary_message(result, "<block>")
+        return [summary] if counter.count_message(summary) <= limit else []
+
+    def _evict(
+        self, block_id: str, messages: list[Message], counts: list[int], limit: int,
+        counter: TokenCounter,
+    ) -> Generator[Any, Any, list[Message]]:
+        result = yield SummarizeCall(self.summarizer, list(messages), block_id)
+        summary = _summary_message(result, block_id)
+        return [summary] if counter.count_message(summary) <= limit else []
+
+
+def _is_async_callable(fn: object) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - an async __call__ method
+    )
+
+
+def _call_summarizer_sync(fn: Summarizer, messages: list[Message], block_id: str) -> object:
+    if _is_async_callable(fn):
+        raise ConfigurationError(
+            f"block {block_id!r} has an async summarizer; use `await builder.acompile()`"
+        )
+    result = fn(messages)
+    if inspect.isawaitable(result):
+        if inspect.iscoroutine(result):
+            result.close()
+        raise ConfigurationError(
+            f"block {block_id!r}'s summarizer returned an awaitable; use "
+            "`await builder.acompile()`"
+        )
+    return result
+
+
+def _summary_message(result: object, block_id: str) -> Message:
+    if isinstance(result, str):
+        return Message.system(result)
+    if isinstance(result, Message):
+        return result
+    raise ConfigurationError(
+        f"block {block_id!r}'s summarizer returned a {type(result).__name__}; "
+        "expected a str or a Message"
+    )
+
+
+
+# ---- the one step that may await ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SummarizeCall:
+    """A summarizer call the builder runs (awaiting it under ``acompile``)."""
+
+    summarizer: Summarizer
+    messages: list[Message]
+    block_id: str
+
+    def run_sync(self) -> object:
+        return _call_summarizer_sync(self.summarizer, self.messages, self.block_id)
+
+    async def run_async(self) -> object:
+        result: Any = self.summarizer(self.messages)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
