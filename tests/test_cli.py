@@ -97,17 +97,18 @@ def test_installed_script_demo_and_default_database(tmp_path: Path, capsys: Any,
     assert (tmp_path / "memstore.db").exists()  # the embedded default
     lines = first.stdout.splitlines()
     header = "\n".join(lines[:4])
-    for word in ("token", "score", "buffered", "head &", "recent", "unbounded", "seq", "role",
-                 "text"):
+    for word in ("token", "score", "buffered", "head &", "recent", "unbounded", "builder",
+                 "seq", "role", "text"):
         assert word in header, word
     rows = [line for line in lines if line[:3].strip().isdigit()]
     assert [int(r[:3]) for r in rows] == list(range(1, 16))
-    assert rows[-1].count("✗ open") == 6  # the pending call at the end, in every view
+    assert rows[-1].count("✗ open") == 7  # the pending call at the end, in every column
     assert "✓ sent to the model" in first.stdout and first.stderr == ""
 
     again = spawn("demo", "--budget", "600", "--format", "json", cwd=tmp_path)
     data = json.loads(again.stdout)
     assert data["budget"] == 600 and len(data["messages"]) == 15
+    assert len(data["views"]) == 7 and "builder" in data["views"]
     for name, view in data["views"].items():
         decisions = view["decisions"]
         assert decisions["15"] == "incomplete_unit", name

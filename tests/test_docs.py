@@ -110,3 +110,11 @@ def test_the_package_namespace_is_curated() -> None:
              if not inspect.ismodule(getattr(memstore, n))}
     assert extra == set(), f"public names outside __all__: {extra}"
     assert not hasattr(memstore, "PackageNotFoundError")
+
+
+def test_every_public_name_is_in_the_api_reference() -> None:
+    api = (ROOT / "docs" / "api.md").read_text()
+    for name in memstore.__all__:
+        if name in ("__version__", "ContentPart"):  # a version string and a type alias
+            continue
+        assert f"::: memstore.{name}\n" in api or f"- {name}\n" in api, name

@@ -141,8 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
                 description="Write a realistic sample conversation (system prompt, developer "
                             "note, a pinned user fact, parallel tool calls, a 2,000-token tool "
                             "output, a pending call) as conversation 'demo', replacing it if it "
-                            "exists, and show side by side what every view keeps under one "
-                            "budget.")
+                            "exists, and show side by side what every view, and a context "
+                            "builder, keeps under one budget.")
     p.add_argument("--budget", type=POSITIVE, default=1000, metavar="N",
                    help="token budget of the budgeted views (default: 1000)")
     p.add_argument("--format", choices=("table", "json"), default="table",

@@ -1,4 +1,4 @@
-"""``memstore demo``: a realistic conversation, and what each view keeps of it.
+"""``memstore demo``: a realistic conversation, and what each view (and the builder) keeps.
 
 The same table is rendered into the documentation (``scripts/gen_demo_svg.py``), so the
 picture in the docs is always what the command prints.
@@ -16,10 +16,11 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from memstore.builder import Block, ContextBuilder, Drop, HistoryBlock, Tier, TruncateOldest
 from memstore.cli import _output as out
 from memstore.cli._commands import message_preview, open_store
 from memstore.errors import ContextBudgetError, ConversationNotFoundError
-from memstore.models import ContextWindow, Message, StoredMessage, ToolCall
+from memstore.models import ContextWindow, Message, StoredMessage, ToolCall, WindowReport
 from memstore.store import MemoryStore
 from memstore.views import (
     BufferedView,
@@ -31,8 +32,8 @@ from memstore.views import (
     UnboundedView,
 )
 
-__all__ = ["CONVERSATION_ID", "DemoResult", "demo", "demo_messages", "demo_table", "run_demo",
-           "write_demo"]
+__all__ = ["CONVERSATION_ID", "BuilderColumn", "DemoResult", "demo", "demo_builder",
+           "demo_messages", "demo_table", "run_demo", "write_demo"]
 
 CONVERSATION_ID = "demo"
 DEFAULT_BUDGET = 1000
@@ -102,14 +103,39 @@ def demo_views(budget: int) -> list[tuple[str, str, ContextView]]:
     ]
 
 
+POLICY = Message.system(
+    "Refund policy (retrieved): shipping refunds are always allowed; refunds over $50 need a "
+    "human; delays caused by weather do not extend the return window.")
+
+
+def demo_builder(store: MemoryStore, budget: int) -> ContextBuilder:
+    """The builder column: a retrieved policy document, then the history in what remains."""
+    return (ContextBuilder(max_tokens=budget)
+            .add_block(Block("policy", tier=Tier.RAG, strategy=Drop(), messages=[POLICY]))
+            .add_block(Block("history", tier=Tier.HISTORY, strategy=TruncateOldest(),
+                             history=HistoryBlock(store, CONVERSATION_ID,
+                                                  ScoreBasedView(budget)))))
+
+
+@dataclass
+class BuilderColumn:
+    """What the builder kept of the stored conversation (and the tokens it used)."""
+
+    token_count: int
+    budget: int
+    seqs: list[int]
+    report: WindowReport | None
+
+
 @dataclass
 class DemoResult:
-    """The stored demo conversation and each view's window (or its budget error)."""
+    """The stored demo conversation and each column's window (or its budget error)."""
 
     budget: int
     messages: list[StoredMessage]
     columns: list[tuple[str, str]] = field(default_factory=list)
-    windows: list[ContextWindow | ContextBudgetError] = field(default_factory=list)
+    windows: list[ContextWindow | BuilderColumn | ContextBudgetError] = field(
+        default_factory=list)
 
     def decision(self, column: int, seq: int) -> str:
         """``kept`` or the omission reason of ``seq`` in a column's window."""
@@ -118,10 +144,10 @@ class DemoResult:
             return "error"
         if seq in win.seqs:
             return "kept"
-        for o in win.report.omitted:
+        for o in (win.report.omitted if win.report is not None else ()):
             if o.first_seq <= seq <= o.last_seq:
                 return o.reason
-        return "kept"  # pragma: no cover - every stored seq is kept or reported
+        return "budget"  # trimmed by a builder strategy after the view
 
 
 def write_demo(store: MemoryStore) -> list[StoredMessage]:
@@ -140,13 +166,23 @@ def run_demo(store: MemoryStore, budget: int = DEFAULT_BUDGET) -> DemoResult:
             result.windows.append(store.window(CONVERSATION_ID, view))
         except ContextBudgetError as exc:
             result.windows.append(exc)
+    result.columns.append(("builder", f"a retrieved policy document, then the history "
+                                      f"through score-based, in one budget of {budget:,}"))
+    try:
+        compiled = demo_builder(store, budget).compile()
+    except ContextBudgetError as exc:
+        result.windows.append(exc)
+    else:
+        kept = [m.seq for m in compiled.messages if isinstance(m, StoredMessage)]
+        result.windows.append(BuilderColumn(compiled.token_count, budget, kept,
+                                            compiled.report.history_reports.get("history")))
     return result
 
 
 #: Short column headers and reason words, so the table fits an 80-column terminal.
 _HEADERS = {"token-limited": "token\nlimited", "score-based": "score\nbased",
             "buffered": "buffered", "head-and-tail": "head &\ntail",
-            "recent-turns": "recent\nturns", "unbounded": "unbounded"}
+            "recent-turns": "recent\nturns", "unbounded": "unbounded", "builder": "builder"}
 _SHORT = {"budget": "budget", "buffer_size": "buffer", "head_tail_gap": "gap",
           "max_turns": "turns", "score": "score", "incomplete_unit": "open",
           "tool_messages_removed": "tools", "start_on_user": "user"}
@@ -210,9 +246,10 @@ def demo_json(result: DemoResult) -> dict[str, Any]:
         if isinstance(win, ContextBudgetError):
             views[name] = {"setting": setting, "error": str(win)}
         else:
+            placeholder = win.report.placeholder if win.report is not None else None
             views[name] = {"setting": setting, "token_count": win.token_count,
                            "budget": win.budget, "seqs": win.seqs,
-                           "placeholder": win.report.placeholder,
+                           "placeholder": placeholder,
                            "decisions": {m.seq: result.decision(i, m.seq)
                                          for m in result.messages}}
     return {"conversation_id": CONVERSATION_ID, "budget": result.budget,
