@@ -337,3 +337,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         sys.stderr.write(f"memstore: error: {one_line(exc)}\n")
         return _exit_code(exc)
+    except Exception as exc:  # a bug or an unforeseen failure: still one line
+        if args.debug:
+            traceback.print_exc()
+        sys.stderr.write(f"memstore: error: {type(exc).__name__}: {one_line(exc)} "
+                         "(--debug shows the traceback)\n")
+        return 1

@@ -116,8 +116,9 @@ def open_store(args: argparse.Namespace, *, write: bool = False,
         require_database(url)
     try:
         store = MemoryStore(url, migrate="auto" if write else "check")
-    except (ArgumentError, NoSuchModuleError) as exc:
-        raise UsageError(f"--url: cannot use {url!r}: {exc}") from None
+    except (ArgumentError, NoSuchModuleError, ImportError) as exc:
+        raise UsageError(f"--url: cannot use {url!r}: {exc} (memstore works with "
+                         "sqlite:// and postgresql:// URLs)") from None
     try:
         yield store
     finally:
