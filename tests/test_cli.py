@@ -515,3 +515,17 @@ def test_messages_jsonl_imports_as_a_new_conversation(url: str, capsys: Any,
         copied = store.messages("copy")
     assert [m.model_dump(exclude={"conversation_id"}) for m in copied] == \
         [m.model_dump(exclude={"conversation_id"}) for m in original]
+
+
+def test_progress_only_on_a_terminal(capsys: Any, monkeypatch: Any) -> None:
+    from memstore.cli import _output
+
+    with _output.progress_bar("importing", None) as advance:
+        advance(500)
+    assert capsys.readouterr() == ("", "")  # not a terminal: silent
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    with _output.progress_bar("importing", None) as advance:
+        for _ in range(3):
+            advance(500)
+    out, err = capsys.readouterr()
+    assert out == "" and "importing" in err  # on standard error, never in the data
