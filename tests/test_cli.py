@@ -350,7 +350,7 @@ def test_usage_errors_are_one_line(url: str, capsys: Any) -> None:
                          (["append", "c", "user", "hi", "--score", "-1"], "--score"),
                          (["state", "load", "f", "--replace", "--append"], "--append"),
                          (["--url", "::not a url::", "stats"], "--url"),
-                         (["--url", "mysql://x@y/z", "stats"], "--url")):
+                         (["--url", "mysql://x@y/z", "stats"], "mysql")):
         code, _, err = run(capsys, *argv)
         assert code == 2, argv
         assert option in one_error_line(err), (argv, err)

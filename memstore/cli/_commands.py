@@ -75,13 +75,19 @@ REASONS = {
 
 
 def url_of(args: argparse.Namespace) -> str:
-    """The database URL of a command: ``--url``, else ``$MEMSTORE_URL``, else ./memstore.db."""
+    """The database URL of a command: ``--url``, else ``$MEMSTORE_URL``, else ./memstore.db.
+
+    A URL that is not one, or names a database SQLAlchemy cannot load, is a usage error.
+    """
     url = getattr(args, "url", None) or default_url()
     try:
-        make_url(url)
+        make_url(url).get_dialect()
     except ArgumentError:
         raise UsageError(f"--url: {url!r} is not a database URL "
                          "(e.g. sqlite:///memstore.db, postgresql://user@host/db)") from None
+    except (NoSuchModuleError, ImportError) as exc:
+        raise UsageError(f"--url: cannot use {url!r}: {exc} (memstore works with "
+                         "sqlite:// and postgresql:// URLs)") from None
     return url
 
 
