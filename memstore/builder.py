@@ -362,6 +362,16 @@ class CompiledContext(BaseModel):
             out.append(item)
         return out
 
+    def to_anthropic(self) -> dict[str, Any]:
+        """Return ``{"system": [...], "messages": [...]}`` for the Anthropic Messages API.
+
+        A block's ``cache_control`` lands on the last content block of its last
+        message. See :func:`memstore.formats.to_anthropic`.
+        """
+        from memstore import formats
+
+        return formats.to_anthropic(self.messages)
+
     def __len__(self) -> int:
         return len(self.messages)
 
