@@ -64,6 +64,7 @@ from memstore.models import (
 from memstore.store import ChatContext, MemoryStore
 from memstore.tokens import (
     ApproxCounter,
+    BaseTokenCounter,
     FixedCounter,
     TiktokenCounter,
     TokenCounter,
@@ -89,6 +90,7 @@ __all__ = [
     "ApproxCounter",
     "AsyncChatContext",
     "AsyncMemoryStore",
+    "BaseTokenCounter",
     "Block",
     "BufferedView",
     "CacheInfo",

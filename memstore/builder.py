@@ -78,7 +78,7 @@ from memstore.strategies import (
     TruncateOldest,
     splits_units,
 )
-from memstore.tokens import TokenCounter, default_counter, message_tokens
+from memstore.tokens import TokenCounter, default_counter, message_tokens, validate_counter
 from memstore.views import ContextView, TokenLimitedView
 
 if TYPE_CHECKING:  # pragma: no cover - typing only; the builder never imports a store
@@ -468,10 +468,8 @@ class ContextBuilder:
             )
         if counter is None:
             counter = default_counter()
-        elif not isinstance(counter, TokenCounter):
-            raise ConfigurationError(
-                f"ContextBuilder counter must be a TokenCounter, got {counter!r}"
-            )
+        else:  # name, count_message and count_messages are all a counter must have
+            counter = validate_counter(counter, "ContextBuilder counter")
         priming = counter.count_messages([])
         if priming > max_tokens:
             raise ConfigurationError(

@@ -162,6 +162,11 @@ def build_parser() -> argparse.ArgumentParser:
     command("current", "show the database's revision and memstore's head", cmd.db_current,
             dbsub)
     command("check", "exit 1 unless the schema is at head", cmd.db_check, dbsub)
+    p = command("create-partitioned", "create the tables hash-partitioned by conversation id "
+                "(PostgreSQL, empty database)", cmd.db_create_partitioned, dbsub)
+    p.add_argument("--partitions", type=POSITIVE, default=8, metavar="N",
+                   help="hash partitions (default: 8)")
+    p.add_argument("--sql", action="store_true", help="print the DDL instead of running it")
 
     # conversations
     conv = command("conversations", "list, show or delete conversations (default: list)",

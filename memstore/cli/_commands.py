@@ -40,6 +40,7 @@ __all__ = [
     "conversations_list",
     "conversations_show",
     "db_check",
+    "db_create_partitioned",
     "db_current",
     "db_downgrade",
     "db_upgrade",
@@ -220,6 +221,18 @@ def db_check(args: argparse.Namespace) -> int:
         raise DatabaseError(f"no database at {path}: run 'memstore db upgrade' to create it")
     migrate.check(url)
     print("memstore schema is up to date")
+    return 0
+
+
+def db_create_partitioned(args: argparse.Namespace) -> int:
+    """``memstore db create-partitioned``."""
+    url = url_of(args)
+    if args.sql:
+        migrate.create_partitioned(url, args.partitions, sql=True, output=sys.stdout)
+        return 0
+    migrate.create_partitioned(url, args.partitions)
+    print(f"memstore tables created with {args.partitions} hash partitions each; schema at "
+          f"{', '.join(migrate.current(url))}")
     return 0
 
 
