@@ -115,7 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="memstore",
         description="Durable conversation memory for LLM agents: see what each view keeps "
-                    "(demo), inspect and edit conversations, and migrate the schema.",
+                    "(demo), inspect and edit conversations, move them between databases, "
+                    "and migrate the schema.",
         epilog=EPILOG,
     )
     parser.add_argument("--version", action="version", version=f"memstore {_version()}",
@@ -207,16 +208,33 @@ def build_parser() -> argparse.ArgumentParser:
                    help="base importance for score-based views, >= 0 (default: 1)")
     p.add_argument("--pin", action="store_true", help="pin it: every view keeps it")
 
-    p = command("import", "append OpenAI chat messages from a file to a conversation",
+    p = command("import", "store conversations from an export file, or OpenAI messages",
                 cmd.import_, description=(
-                    "Append a JSON list (or JSON lines) of OpenAI chat messages to the "
-                    "conversation --into names, in one transaction: all of them or none."))
+                    "Store conversations from a file written by 'memstore export' (or lines "
+                    "printed by 'memstore messages --format jsonl', with --as), or a list of "
+                    "OpenAI chat messages with --format openai --into CONV. Each conversation "
+                    "is written all or nothing; importing the same file twice stores nothing "
+                    "new."))
     p.add_argument("file", help="the file to read, or - for standard input")
     p.add_argument("extra", nargs="?", help=argparse.SUPPRESS)  # the old 'import CONV FILE'
-    p.add_argument("--format", choices=("openai",), default="openai",
-                   help="openai: a JSON list or JSON lines of OpenAI chat messages (default)")
-    p.add_argument("--into", "--as", dest="target", metavar="CONV",
-                   help="the conversation that receives the messages (required)")
+    p.add_argument("--format", choices=("memstore", "openai"), default="memstore",
+                   help="memstore: the export format (default); openai: a JSON list or JSON "
+                        "lines of OpenAI chat messages, appended to --into")
+    p.add_argument("--as", "--into", dest="target", metavar="CONV",
+                   help="the target conversation: renames the file's one conversation, or "
+                        "receives the OpenAI messages")
+    p.add_argument("--replace", action="store_true",
+                   help="overwrite conversations that exist with other content")
+
+    p = command("export", "write conversations to a JSON lines file (streaming)", cmd.export,
+                description="Write conversations in memstore's versioned JSON lines format "
+                            "(a header line per conversation, then one line per stored "
+                            "message with every field), reading each in pages so memory "
+                            "stays flat on any length. 'memstore import' reads it back.")
+    p.add_argument("conversation_ids", nargs="*", metavar="CONV",
+                   help="conversations to export (default: all)")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="file to write (default: standard output)")
 
     # reading
     p = command("messages", "print stored messages", cmd.messages)
@@ -274,7 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
     # state
     state = sub.add_parser("state", help="save or load a conversation snapshot (one JSON)",
                            description="Save or load a conversation snapshot (one JSON "
-                                       "document).")
+                                       "document; 'export' streams instead).")
     ssub = state.add_subparsers(dest="state_command", metavar="STATE_COMMAND", required=True,
                                 parser_class=_Parser)
     p = command("save", "write a conversation snapshot", cmd.state_save, ssub)

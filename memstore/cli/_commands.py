@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from pydantic import ValidationError
 from rich.text import Text
@@ -23,6 +24,7 @@ from memstore.errors import (
     ConflictError,
     ConversationNotFoundError,
     DatabaseError,
+    InvalidInputError,
 )
 from memstore.models import (
     ContextWindow,
@@ -45,6 +47,7 @@ __all__ = [
     "db_downgrade",
     "db_upgrade",
     "delete",
+    "export",
     "import_",
     "message_preview",
     "messages",
@@ -364,12 +367,79 @@ def _import_openai(args: argparse.Namespace) -> int:
 
 
 def import_(args: argparse.Namespace) -> int:
-    """``memstore import FILE --into CONV [--format openai]``."""
+    """``memstore import FILE``."""
     if args.extra is not None:
         raise UsageError(
             f"'memstore import CONV FILE' is now 'memstore import FILE --into CONV --format "
             f"openai': run memstore import {args.extra} --into {args.file} --format openai")
-    return _import_openai(args)
+    if args.format == "openai":
+        if args.replace:
+            raise UsageError("--replace applies to --format memstore (openai messages are "
+                             "appended)")
+        return _import_openai(args)
+    transfer = _transfer()
+    name = "<stdin>" if args.file == "-" else args.file
+    fp: IO[str] = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")  # noqa: SIM115
+    try:
+        with open_store(args, write=True, create=True) as store, \
+                out.progress_bar(f"importing {name}", None) as progress:
+            try:
+                result = transfer.import_jsonl(store, fp, replace=args.replace,
+                                               rename=args.target, progress=progress)
+            except ConflictError as exc:
+                raise ConflictError(f"{exc} (pass --replace to overwrite the stored "
+                                    "conversation with the file's)") from exc
+            except (InvalidInputError, ValidationError) as exc:
+                for done in getattr(exc, "imported", None) or ():
+                    _print_imported(done)  # conversations earlier in the file are stored
+                line = getattr(exc, "line", None)
+                where = f"{name}:{line}" if line else name
+                text = validation_summary(exc) if isinstance(exc, ValidationError) else str(exc)
+                raise FileFormatError(f"{where}: {text.removeprefix(f'line {line}: ')}"
+                                      ) from exc
+    finally:
+        if fp is not sys.stdin:
+            fp.close()
+    for c in result.conversations:
+        _print_imported(c)
+    if not result.conversations:
+        print("the file holds no conversation")
+    return 0
+
+
+def _print_imported(c: Any) -> None:
+    """One line per imported conversation: what was written, or that nothing was new."""
+    if c.replaced:
+        what = f"replaced ({c.written} messages written)"
+    elif c.written:
+        what = f"{c.written} messages written"
+        what += f", {c.unchanged} already stored" if c.unchanged else ""
+    else:
+        what = f"nothing new ({c.unchanged} messages already stored)"
+    print(f"{c.id}: {what}")
+
+
+def _transfer() -> Any:
+    """:mod:`memstore.transfer` (imported late: only export and import need it)."""
+    return importlib.import_module("memstore.transfer")
+
+
+def export(args: argparse.Namespace) -> int:
+    """``memstore export [CONV...] [-o FILE]``."""
+    transfer = _transfer()
+    with open_store(args) as store:
+        target = args.output if args.output and args.output != "-" else None
+        fp: IO[str] = open(target, "w", encoding="utf-8") if target else sys.stdout  # noqa: SIM115
+        try:
+            with out.progress_bar("exporting", None) as progress:
+                result = transfer.export_jsonl(store, fp, args.conversation_ids or None,
+                                               progress=progress)
+        finally:
+            if target:
+                fp.close()
+    out.status(f"exported {result.conversations} conversations, {result.messages} messages"
+               + (f" to {target}" if target else ""))
+    return 0
 
 
 # ---- reading ----------------------------------------------------------------------------
