@@ -423,7 +423,6 @@ def _windows(url: str, cid: str) -> list[Any]:
     return found
 
 
-@needs_transfer
 @pytest.mark.postgres
 def test_export_sqlite_import_postgres_round_trip(tmp_path: Path, postgres: Any) -> None:
     from memstore import migrate
@@ -465,7 +464,6 @@ def test_export_sqlite_import_postgres_round_trip(tmp_path: Path, postgres: Any)
         assert store.stats().messages == 19
 
 
-@needs_transfer
 def test_import_errors_name_the_line_and_write_nothing(url: str, capsys: Any,
                                                        tmp_path: Path) -> None:
     with MemoryStore(url) as store:
@@ -498,7 +496,6 @@ def test_import_errors_name_the_line_and_write_nothing(url: str, capsys: Any,
         assert [m.text for m in store.messages("k")] == ["uno"]
 
 
-@needs_transfer
 def test_messages_jsonl_imports_as_a_new_conversation(url: str, capsys: Any,
                                                       monkeypatch: Any) -> None:
     import io
