@@ -389,12 +389,6 @@ def test_version(capsys: Any) -> None:
 
 # ---- export and import ------------------------------------------------------------------
 
-# TEMPORARY until memstore.transfer lands on main (then this marker goes away).
-import importlib.util  # noqa: E402
-
-needs_transfer = pytest.mark.skipif(importlib.util.find_spec("memstore.transfer") is None,
-                                    reason="memstore.transfer is not merged yet")
-
 
 def _rich_history() -> list[Message]:
     from memstore.cli._demo import demo_messages
