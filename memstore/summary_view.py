@@ -29,7 +29,7 @@ from memstore.models import (
     WindowReport,
     build_trusted,
 )
-from memstore.tokens import TokenCounter
+from memstore.tokens import TokenCounter, count_tool_schemas
 from memstore.units import BackwardUnits, ReverseReader, Unit
 from memstore.views import (
     _MAX_SPEC_NUMBER,
@@ -100,15 +100,9 @@ def _priming(counter: TokenCounter) -> int:
 
 def _tools_tokens(view: str, counter: TokenCounter, tools: Sequence[Mapping[str, Any]] | None
                   ) -> int:
-    if not tools:
-        return 0
-    count_tools = getattr(counter, "count_tools", None)
-    if count_tools is None:
-        raise ConfigurationError(
-            f"{view} has tool schemas but counter {counter.name!r} cannot count them "
-            "(it has no count_tools)"
-        )
-    return int(count_tools(tools))
+    """The tokens of ``tools`` (ConfigurationError naming the gap when ``counter`` cannot)."""
+    del view  # the shared error names the counter and what to do instead
+    return count_tool_schemas(counter, tools)
 
 
 def _latest_summary(source: HistorySource) -> Summary | None:

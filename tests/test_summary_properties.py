@@ -12,14 +12,15 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memstore.errors import ContextBudgetError
+from memstore.errors import ConfigurationError, ContextBudgetError
 from memstore.history import ListHistory
 from memstore.models import StoredMessage, Summary
 from memstore.summary_view import SummaryView, plan_fold
-from memstore.tokens import TokenCounter
+from memstore.tokens import TokenCounter, count_tool_schemas
 from tests.test_view_properties import (
     PROPS,
     Case,
@@ -122,7 +123,7 @@ def expected_summary_window(view: SummaryView, msgs: list[StoredMessage], summar
     tail_units = foldable(naive_units([m for m in msgs if m.seq > boundary]))
     anchored_tokens = sum(tokens(u, counter) for u in anchored)
     summary_tokens = counter.count_message(summary.to_message(view.template)) if summary else 0
-    tools = counter.count_tools(view.tools) if view.tools else 0
+    tools = count_tool_schemas(counter, view.tools)
     fixed = anchored_tokens + summary_tokens + counter.count_messages([]) + view.reserve + tools
     if not msgs and summary is None:
         return [], None
@@ -145,9 +146,21 @@ def expected_summary_window(view: SummaryView, msgs: list[StoredMessage], summar
     return sorted(seqs_of(anchored) | seqs_of(kept)), None
 
 
+def refuses_tools(view: SummaryView, msgs: list[StoredMessage], counter: TokenCounter,
+                   **kwargs: Any) -> bool:
+    """A counter without count_tools cannot serve tools=: a clear error, every time."""
+    if not msgs or not view.tools or callable(getattr(counter, "count_tools", None)):
+        return False
+    with pytest.raises(ConfigurationError, match="no count_tools method"):
+        view.apply(msgs, counter, **kwargs)
+    return True
+
+
 def check_summary_view(view: SummaryView, case: Case, chain: list[Summary]) -> None:
     msgs, counter = case.messages, case.counter
     summary = chain[-1] if chain else None
+    if refuses_tools(view, msgs, counter, summaries=chain):
+        return
     want, required = expected_summary_window(view, msgs, summary, counter)
     try:
         window = view.apply(msgs, counter, summaries=chain)
@@ -161,7 +174,7 @@ def check_summary_view(view: SummaryView, case: Case, chain: list[Summary]) -> N
     assert window.token_count == (counter.count_messages(window.messages)
                                   if window.messages else 0)
     if window.messages:
-        extra = view.reserve + (counter.count_tools(view.tools) if view.tools else 0)
+        extra = view.reserve + (count_tool_schemas(counter, view.tools))
         assert window.token_count + extra <= view.token_limit
     report = window.report
     assert report.summary_range == (summary.seq_range if summary else None)
@@ -208,6 +221,8 @@ def test_summary_view_with_a_summary_ending_anywhere(
     last = data.draw(st.integers(msgs[0].seq, msgs[-1].seq))
     summary = make_summary(1, msgs[0].seq, last, counter)
     view = SummaryView(**params)
+    if refuses_tools(view, msgs, counter, summaries=[summary]):
+        return
     try:
         window = view.apply(msgs, counter, summaries=[summary])
     except ContextBudgetError as exc:
@@ -215,7 +230,7 @@ def test_summary_view_with_a_summary_ending_anywhere(
         return
     assert_provider_valid(window)
     assert window.token_count == counter.count_messages(window.messages)
-    extra = view.reserve + (counter.count_tools(view.tools) if view.tools else 0)
+    extra = view.reserve + (count_tool_schemas(counter, view.tools))
     assert window.token_count + extra <= view.token_limit
     anchored = seqs_of([u for u in naive_units(msgs) if u[1] and is_anchored(u)])
     assert anchored <= set(window.seqs)
