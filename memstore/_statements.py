@@ -43,6 +43,7 @@ __all__ = [
     "delete_conversation",
     "delete_messages",
     "hot",
+    "hot_write",
     "insert_conversation",
     "insert_messages",
     "list_conversations",
@@ -265,14 +266,46 @@ def _hot_statements() -> dict[str, Any]:
     }
 
 
+def _write_statements(dialect: str) -> dict[str, Any]:
+    """The append path's statements (run on the DBAPI cursor, see ``memstore._ops``)."""
+    cols = list(messages.c)
+    row = {c.name: bindparam(c.name, type_=c.type) for c in cols}
+    out: dict[str, Any] = {
+        "allocate": _allocate_statement(dialect),
+        "insert": messages.insert().values(**row),
+    }
+    if dialect == "postgresql":
+        # One statement: allocate the seq on the conversation row (creating it, taking
+        # its row lock until the statement commits) and insert the message at it.
+        alloc = _allocate_statement(dialect).cte("alloc")
+        values = select(*[alloc.c.last_seq if c.name == "seq" else row[c.name] for c in cols])
+        out["append_one"] = (
+            postgresql.insert(messages)
+            .from_select([c.name for c in cols], values.select_from(alloc))
+            .returning(M.seq)
+        )
+    return out
+
+
 class CompiledSQL:
-    """One statement compiled for one dialect: its SQL text and how to order parameters."""
+    """One statement compiled for one dialect: its SQL text and how to order parameters.
 
-    __slots__ = ("defaults", "positions", "sql")
+    With ``process=True`` parameter values go through their SQLAlchemy types' bind
+    processors (JSON serialisation, UTC timestamps...), as ``Connection.execute``
+    would apply them: the write path sends Python values.
+    """
 
-    def __init__(self, statement: Any, dialect: Dialect) -> None:
+    __slots__ = ("defaults", "positions", "processors", "sql")
+
+    def __init__(self, statement: Any, dialect: Dialect, *, process: bool = False) -> None:
         compiled = statement.compile(dialect=dialect)
         self.sql: str = compiled.string
+        self.processors: dict[str, Any] = {}
+        if process:
+            for name, bind in compiled.binds.items():
+                proc = bind.type.dialect_impl(dialect).bind_processor(dialect)
+                if proc is not None:
+                    self.processors[name] = proc
         # literal binds the compiler added itself (e.g. SQLite's OFFSET 0)
         self.defaults: dict[str, Any] = {
             name: bind.value for name, bind in compiled.binds.items() if bind.value is not None
@@ -284,6 +317,10 @@ class CompiledSQL:
 
     def params(self, values: dict[str, Any]) -> Any:
         """Parameters in the driver's paramstyle."""
+        if self.processors:
+            procs = self.processors
+            values = {k: (p(v) if (p := procs.get(k)) is not None else v)
+                      for k, v in values.items()}
         if self.positions is None:
             return {**self.defaults, **values} if self.defaults else values
         return tuple(
@@ -300,5 +337,15 @@ def hot(dialect: Dialect, name: str) -> CompiledSQL:
     found = _COMPILED.get(key)
     if found is None:
         found = CompiledSQL(_hot_statements()[name], dialect)
+        _COMPILED[key] = found
+    return found
+
+
+def hot_write(dialect: Dialect, name: str) -> CompiledSQL:
+    """A precompiled write statement (``allocate``, ``insert``; PostgreSQL ``append_one``)."""
+    key = (dialect.name, dialect.driver, "write:" + name)
+    found = _COMPILED.get(key)
+    if found is None:
+        found = CompiledSQL(_write_statements(dialect.name)[name], dialect, process=True)
         _COMPILED[key] = found
     return found
