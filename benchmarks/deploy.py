@@ -247,7 +247,7 @@ def phase_append(db: DbTarget, ctx: Context, prof: DeployProfile, seed: int) -> 
         batch = _messages(seed, 30_000 + k, prof.extend_size)
         c = f"app-{rng.randrange(n_conv)}"
         pair = [
-            (em, lambda c=c, b=batch: store.extend(c, [Message.from_openai(m) for m in b])),
+            (em, lambda c=c, b=batch: store.extend(c, b)),
             (ef, lambda c=c, b=batch: fx(c, b)),
         ]
         if k % 2:

@@ -319,7 +319,15 @@ class CompiledSQL:
         """Parameters in the driver's paramstyle."""
         if self.processors:
             procs = self.processors
-            values = {k: (p(v) if (p := procs.get(k)) is not None else v)
+            if self.positions is not None:  # straight to the tuple (the write path)
+                defaults = self.defaults
+                out = []
+                for name in self.positions:
+                    v = values[name] if name in values else defaults[name]
+                    p = procs.get(name)
+                    out.append(v if p is None or v is None else p(v))
+                return tuple(out)
+            values = {k: (p(v) if (p := procs.get(k)) is not None and v is not None else v)
                       for k, v in values.items()}
         if self.positions is None:
             return {**self.defaults, **values} if self.defaults else values
