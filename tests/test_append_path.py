@@ -126,3 +126,19 @@ async def test_direct_append_creates_the_conversation_with_an_epoch(store: Any) 
     assert e != _ops.UNTRUSTED_EPOCH
     await call(store.append("new", Message.user("again")))
     assert await epoch() == e  # appends keep the epoch (cached rows stay valid)
+
+
+async def test_read_rows_share_one_fields_set_without_leaking(store: Any) -> None:
+    """Rows built on the read path share ``model_fields_set`` (one GC object fewer per
+    cached row); copies get their own and never change the shared one."""
+    await call(store.extend("c", [Message.user(f"m{i}") for i in range(5)]))
+    window = await call(store.window("c", TokenLimitedView(10_000)))
+    rows = window.messages
+    fields = set(type(rows[0]).model_fields)
+    assert all(m.model_fields_set == fields for m in rows)
+    assert len({id(m.__pydantic_fields_set__) for m in rows}) == 1
+    changed = rows[0].model_copy(update={"score": 3.0})
+    assert changed.score == 3.0 and rows[0].score == 1.0
+    assert rows[1].model_fields_set == fields
+    again = await call(store.window("c", TokenLimitedView(10_000)))
+    assert again.messages == rows
