@@ -16,7 +16,7 @@ from typing import Any, Literal, TypeVar
 
 from sqlalchemy import Connection, Engine
 
-from memstore import _ops, migrate
+from memstore import _ops, _statements, migrate
 from memstore._cache import CacheInfo, RowCache
 from memstore._engine import default_url, install_sqlite_hooks, read_options, write_options
 from memstore.errors import ConfigurationError, InvalidInputError
@@ -74,7 +74,13 @@ def run_without_transaction(conn: Connection, fn: Callable[..., T], args: tuple[
 
 
 def ensure_schema(conn: Connection, mode: MigrateMode) -> None:
-    """Apply the store's ``migrate`` policy on an open connection (in a write transaction)."""
+    """Apply the store's ``migrate`` policy on an open connection (in a write transaction).
+
+    Also compiles the hot statements for the connection's dialect (see
+    :func:`memstore._statements.precompile`), so opening a store pays that, not the
+    first window.
+    """
+    _statements.precompile(conn.dialect)
     if mode == "off":
         return
     embedded = conn.dialect.name == "sqlite"

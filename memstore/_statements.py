@@ -7,6 +7,7 @@ Every statement here is scoped to one conversation id except
 
 from __future__ import annotations
 
+import functools
 import secrets
 from datetime import datetime
 from typing import Any
@@ -50,6 +51,7 @@ __all__ = [
     "messages_by_ids",
     "messages_range",
     "new_epoch",
+    "precompile",
     "sum_tokens",
     "update_conversation",
     "update_message",
@@ -235,6 +237,7 @@ def update_message(cid: str, seq: int, **values: Any) -> Any:
 # dialect and runs the SQL text with ``exec_driver_sql`` (rows are decoded by
 # ``memstore._ops``). The statements are still built here, once, from the schema.
 
+@functools.cache
 def _hot_statements() -> dict[str, Any]:
     cid: BindParameter[str] = bindparam("cid", type_=String())
     return {
@@ -266,6 +269,7 @@ def _hot_statements() -> dict[str, Any]:
     }
 
 
+@functools.cache
 def _write_statements(dialect: str) -> dict[str, Any]:
     """The append path's statements (run on the DBAPI cursor, see ``memstore._ops``)."""
     cols = list(messages.c)
@@ -347,6 +351,19 @@ def hot(dialect: Dialect, name: str) -> CompiledSQL:
         found = CompiledSQL(_hot_statements()[name], dialect)
         _COMPILED[key] = found
     return found
+
+
+def precompile(dialect: Dialect) -> None:
+    """Compile the window's and the append's statements for ``dialect`` now.
+
+    Compiling costs more than running them (milliseconds each); a store does it when
+    it opens, so the first window and the first append of a fresh process do not pay
+    it. Idempotent (compiled once per dialect and driver per process).
+    """
+    for name in ("conversation", "range", "range_checked"):
+        hot(dialect, name)
+    for name in _write_statements(dialect.name):
+        hot_write(dialect, name)
 
 
 def hot_write(dialect: Dialect, name: str) -> CompiledSQL:
