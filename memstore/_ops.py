@@ -347,10 +347,12 @@ def append_direct(
       INSERT INTO memstore_messages SELECT ... FROM alloc``), so one round trip. The
       conversation row lock the allocation takes is held until that statement
       commits, so concurrent appends still get contiguous seqs.
+    * PostgreSQL, several messages: the allocation and one ``executemany`` in the
+      driver's transaction, then ``COMMIT`` (the row lock is held until then).
 
     Returns ``None`` (nothing done, the connection untouched) when the fast path does
     not apply: client ids in the batch (the idempotency lookup needs the transactional
-    path), a PostgreSQL batch of several messages, a batch larger than one insert
+    path), a batch larger than one insert
     chunk (:data:`INSERT_CHUNK`; big batches keep the chunked path, which lets the
     event loop run between chunks on asyncio), or a connection already inside a
     transaction. Must be called with no transaction open.
@@ -364,12 +366,13 @@ def append_direct(
     if getattr(fair, "in_transaction", False):  # a shared SQLite connection mid-write
         return None
     if dialect.name == "postgresql":
-        if len(batch) != 1:
-            return None
-        return [_append_one_postgresql(conn, cid, counter, batch[0])]
-    if dialect.name != "sqlite":
+        if getattr(conn.connection.dbapi_connection, "autocommit", False):
+            return None  # (never the case on a fresh checkout)
+        if len(batch) == 1:
+            return [_append_one_postgresql(conn, cid, counter, batch[0])]
+    elif dialect.name != "sqlite":
         return None
-    return _append_sqlite(conn, cid, counter, batch)
+    return _append_batch(conn, cid, counter, batch)
 
 
 def append_direct_one(
@@ -409,9 +412,15 @@ def _append_one_postgresql(
     return _stored_from_row_dict(row, p.message)
 
 
-def _append_sqlite(
+def _append_batch(
     conn: Connection, cid: str, counter: str, batch: Sequence[Prepared]
 ) -> list[StoredMessage]:
+    """Allocate and insert ``batch`` in one transaction on the DBAPI cursor.
+
+    SQLite: ``BEGIN IMMEDIATE`` ... ``COMMIT`` (memstore drives SQLite's transactions);
+    PostgreSQL: the driver's implicit transaction, committed or rolled back here.
+    """
+    sqlite = conn.dialect.name == "sqlite"
     allocate = q.hot_write(conn.dialect, "allocate")
     insert = q.hot_write(conn.dialect, "insert")
     now = utcnow()
@@ -421,7 +430,8 @@ def _append_sqlite(
     statement, params = "BEGIN IMMEDIATE", None
     cursor = dbapi.cursor()
     try:
-        cursor.execute(statement)
+        if sqlite:
+            cursor.execute(statement)
         try:
             statement, params = allocate.sql, allocate.params(_allocation(cid, now, batch))
             cursor.execute(statement, params)
@@ -435,11 +445,17 @@ def _append_sqlite(
             else:
                 cursor.executemany(statement, params)
             statement, params = "COMMIT", None
-            cursor.execute(statement)
+            if sqlite:
+                cursor.execute(statement)
+            else:
+                dbapi.commit()
         except BaseException:
             # (no transaction may be left to roll back, e.g. when COMMIT failed)
             with contextlib.suppress(conn.dialect.loaded_dbapi.Error):
-                cursor.execute("ROLLBACK")
+                if sqlite:
+                    cursor.execute("ROLLBACK")
+                else:
+                    dbapi.rollback()
             raise
     except conn.dialect.loaded_dbapi.Error as exc:
         raise _driver_error(conn, exc, statement, params) from exc
