@@ -19,6 +19,14 @@ from sqlalchemy import Connection, Engine
 from memstore import _ops, _statements, migrate
 from memstore._cache import CacheInfo, RowCache
 from memstore._engine import default_url, install_sqlite_hooks, read_options, write_options
+from memstore._validate import (
+    MAX_COUNTER_NAME_LENGTH,
+    MAX_SEQ,
+    MAX_TOKEN_COUNT,
+    check_json,
+    short_repr,
+    text_problem,
+)
 from memstore.errors import ConfigurationError, InvalidInputError
 from memstore.models import (
     MAX_ID_LENGTH,
@@ -26,7 +34,6 @@ from memstore.models import (
     ConversationState,
     Message,
     StoredMessage,
-    _check_json,
 )
 from memstore.tokens import TokenCounter, default_counter
 from memstore.views import ContextView
@@ -111,27 +118,70 @@ def open_engine(
         raise ConfigurationError("pass either url or engine, not both")
     mode = check_migrate_mode(migrate)
     if not isinstance(cache_size, int) or isinstance(cache_size, bool) or cache_size < 0:
-        raise ConfigurationError(f"cache_size must be an int >= 0, got {cache_size!r}")
+        raise ConfigurationError(f"cache_size must be an int >= 0, got {_short(cache_size)}")
+    busy_timeout = check_busy_timeout(busy_timeout)
+    if counter is not None:
+        check_counter_name(counter)
     planner = Planner(counter if counter is not None else default_counter(),
                       RowCache(cache_size) if cache_size else None)
     if engine is None:
-        made = make(url or default_url(), busy_timeout=busy_timeout, **engine_options)
+        made = make(url if url is not None else default_url(), busy_timeout=busy_timeout,
+                    **engine_options)
         return mode, planner, True, made
     install_sqlite_hooks(sync_engine_of(engine), busy_timeout=busy_timeout)
     return mode, planner, False, engine
+
+
+#: Longest SQLite busy timeout, in seconds (SQLite takes it in milliseconds as a
+#: signed 32-bit integer).
+MAX_BUSY_TIMEOUT = 2_000_000.0
+
+
+def check_busy_timeout(value: Any) -> float:
+    """Validate ``busy_timeout``: a finite number of seconds in [0, MAX_BUSY_TIMEOUT]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigurationError(f"busy_timeout must be a number of seconds, got {_short(value)}")
+    try:
+        seconds = float(value)
+    except OverflowError:
+        seconds = math.inf
+    if not math.isfinite(seconds) or not 0 <= seconds <= MAX_BUSY_TIMEOUT:
+        raise ConfigurationError(
+            f"busy_timeout must be a finite number of seconds in [0, {MAX_BUSY_TIMEOUT:g}], "
+            f"got {_short(value)}"
+        )
+    return seconds
+
+
+def check_counter_name(counter: Any) -> str:
+    """Validate the name a counter stores with every count (it must fit the column)."""
+    name = getattr(counter, "name", None)
+    if not isinstance(name, str) or not name:
+        raise ConfigurationError(
+            f"a token counter must have a non-empty str name, got {name!r} from {counter!r}"
+        )
+    if len(name) > MAX_COUNTER_NAME_LENGTH:
+        raise ConfigurationError(
+            f"token counter name {name[:80]!r} is {len(name)} characters long; stored counts "
+            f"are tagged with it, and the maximum is {MAX_COUNTER_NAME_LENGTH}"
+        )
+    problem = text_problem(name)
+    if problem is not None:
+        raise ConfigurationError(f"token counter name {name!r} {problem}")
+    return name
 
 
 def check_migrate_mode(mode: str) -> MigrateMode:
     """Validate the ``migrate=`` argument."""
     if mode not in MIGRATE_MODES:
         raise ConfigurationError(
-            f"migrate must be one of {', '.join(MIGRATE_MODES)}, not {mode!r}"
+            f"migrate must be one of {', '.join(MIGRATE_MODES)}, not {_short(mode)}"
         )
     return mode  # type: ignore[return-value]
 
 
 def check_conversation_id(cid: Any) -> str:
-    """Validate a conversation id (1–255 characters, no NUL)."""
+    """Validate a conversation id (1–255 characters of storable text: no NUL, no surrogate)."""
     if not isinstance(cid, str):
         raise InvalidInputError(f"conversation id must be a str, not {type(cid).__name__}")
     if not cid:
@@ -140,8 +190,9 @@ def check_conversation_id(cid: Any) -> str:
         raise InvalidInputError(
             f"conversation id is {len(cid)} characters long; the maximum is {MAX_ID_LENGTH}"
         )
-    if "\x00" in cid:
-        raise InvalidInputError("conversation id contains a NUL character")
+    problem = text_problem(cid)
+    if problem is not None:
+        raise InvalidInputError(f"conversation id {cid!r} {problem}")
     return cid
 
 
@@ -150,38 +201,60 @@ def new_conversation_id(cid: str | None) -> str:
     return str(uuid.uuid4()) if cid is None else check_conversation_id(cid)
 
 
+_short = short_repr
+
+
 def check_seq(seq: Any, name: str = "seq") -> int:
-    """Validate a seq argument (an int >= 1)."""
+    """Validate a seq argument naming one message (an int in [1, MAX_SEQ])."""
     if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
-        raise InvalidInputError(f"{name} must be an int >= 1, got {seq!r}")
+        raise InvalidInputError(f"{name} must be an int >= 1, got {_short(seq)}")
+    if seq > MAX_SEQ:
+        raise InvalidInputError(f"{name} must be at most 2**62 (no message has a larger seq), "
+                                f"got {_short(seq)}")
     return seq
 
 
+def check_bound(value: Any, name: str) -> int | None:
+    """Validate a seq bound (``start``/``stop``/``before_seq``): an int or None.
+
+    No message has a seq outside ``[1, MAX_SEQ]``, so the bound is clamped to
+    ``[0, MAX_SEQ + 1]`` (same result, and it fits both databases' integers).
+    """
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidInputError(f"{name} must be an int or None, got {_short(value)}")
+    return min(max(value, 0), MAX_SEQ + 1)
+
+
 def check_count(n: Any, name: str) -> int:
-    """Validate a count argument (an int >= 0)."""
+    """Validate a count argument (an int >= 0); counts above MAX_SEQ mean "all"."""
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-        raise InvalidInputError(f"{name} must be an int >= 0, got {n!r}")
-    return n
+        raise InvalidInputError(f"{name} must be an int >= 0, got {_short(n)}")
+    return min(n, MAX_SEQ)
 
 
 def check_score(score: Any) -> float:
     """Validate a base score (finite, >= 0)."""
     if isinstance(score, bool) or not isinstance(score, (int, float)):
-        raise InvalidInputError(f"score must be a number, got {score!r}")
-    value = float(score)
+        raise InvalidInputError(f"score must be a number, got {_short(score)}")
+    try:
+        value = float(score)
+    except OverflowError:
+        value = math.inf
     if not math.isfinite(value) or value < 0:
-        raise InvalidInputError(f"score must be finite and >= 0, got {score!r}")
-    return value
+        raise InvalidInputError(f"score must be finite and >= 0, got {_short(score)}")
+    return value + 0.0  # -0.0 becomes 0.0, as Message does
 
 
 def check_metadata(metadata: Any) -> dict[str, Any]:
-    """Validate conversation metadata (a JSON object)."""
+    """Validate conversation metadata (a JSON object both databases read back exactly)."""
     if metadata is None:
         return {}
     if not isinstance(metadata, Mapping):
         raise InvalidInputError(f"metadata must be a JSON object, not {type(metadata).__name__}")
     try:
-        _check_json(metadata, "metadata")
+        check_json(metadata, "metadata")
     except ValueError as exc:
         raise InvalidInputError(str(exc)) from None
     return dict(metadata)
@@ -190,9 +263,13 @@ def check_metadata(metadata: Any) -> dict[str, Any]:
 def check_list_args(limit: Any, after: Any) -> tuple[int, str | None]:
     """Validate ``list_conversations`` arguments."""
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 10_000:
-        raise InvalidInputError(f"limit must be an int in [1, 10000], got {limit!r}")
-    if after is not None and not isinstance(after, str):
-        raise InvalidInputError(f"after must be a conversation id or None, got {after!r}")
+        raise InvalidInputError(f"limit must be an int in [1, 10000], got {_short(limit)}")
+    if after is not None:
+        if not isinstance(after, str):
+            raise InvalidInputError(f"after must be a conversation id or None, got {_short(after)}")
+        problem = text_problem(after)
+        if problem is not None:
+            raise InvalidInputError(f"after {_short(after)} {problem}")
     return limit, after
 
 
@@ -210,10 +287,21 @@ def coerce_message(message: Any) -> Message:
     )
 
 
+def check_token_count(counter: TokenCounter, tokens: Any) -> int:
+    """A count the counter returned, checked to fit the ``token_count`` column."""
+    if isinstance(tokens, int) and not isinstance(tokens, bool) and 0 <= tokens <= MAX_TOKEN_COUNT:
+        return tokens
+    raise InvalidInputError(
+        f"token counter {counter.name!r} counted {_short(tokens)} tokens for a message; "
+        f"a message's count must be an int in [0, {MAX_TOKEN_COUNT}]"
+    )
+
+
 def prepare(counter: TokenCounter, messages: Iterable[Any]) -> list[_ops.Prepared]:
     """Validate every message and count its tokens, before any database work."""
     return [
-        _ops.Prepared(m, counter.count_message(m)) for m in map(coerce_message, messages)
+        _ops.Prepared(m, check_token_count(counter, counter.count_message(m)))
+        for m in map(coerce_message, messages)
     ]
 
 
@@ -221,7 +309,7 @@ def check_view(view: Any) -> ContextView:
     """Ensure ``view`` is a context view (an instance of a ContextView subclass)."""
     if not isinstance(view, ContextView):
         raise InvalidInputError(
-            f"{view!r} is not a context view (subclass memstore.ContextView to write one)"
+            f"{_short(view)} is not a context view (subclass memstore.ContextView to write one)"
         )
     return view
 
@@ -329,7 +417,12 @@ class Planner:
         cid = check_conversation_id(conversation_id)
         if isinstance(messages, (str, bytes, Mapping, Message)):
             raise InvalidInputError("extend expects a list of messages, not a single message")
-        items = list(messages)
+        try:
+            items = list(messages)
+        except TypeError:
+            raise InvalidInputError(
+                f"extend expects an iterable of messages, not {type(messages).__name__}"
+            ) from None
         fn = _ops.append_one if one else _ops.append_messages
         direct = _ops.append_direct_one if one else _ops.append_direct
         return Plan(fn, (cid, self.counter.name), write=True,
@@ -351,11 +444,10 @@ class Planner:
     def messages(self, conversation_id: Any, start: Any, stop: Any, limit: Any,
                  newest_first: Any) -> Plan:
         cid = check_conversation_id(conversation_id)
-        for name, value in (("start", start), ("stop", stop)):
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-                raise InvalidInputError(f"{name} must be an int or None, got {value!r}")
+        start = check_bound(start, "start")
+        stop = check_bound(stop, "stop")
         if limit is not None:
-            check_count(limit, "limit")
+            limit = check_count(limit, "limit")
         return Plan(_ops.read_messages, (cid, start, stop, limit, bool(newest_first)),
                     snapshot=True)
 
@@ -377,8 +469,11 @@ class Planner:
                     write=True)
 
     def truncate(self, conversation_id: Any, before_seq: Any) -> Plan:
-        return Plan(_ops.truncate, (check_conversation_id(conversation_id),
-                                    check_seq(before_seq, "before_seq")), write=True)
+        cid = check_conversation_id(conversation_id)
+        if not isinstance(before_seq, int) or isinstance(before_seq, bool) or before_seq < 1:
+            raise InvalidInputError(f"before_seq must be an int >= 1, got {_short(before_seq)}")
+        # Clamped like a range bound: a larger before_seq deletes everything all the same.
+        return Plan(_ops.truncate, (cid, min(before_seq, MAX_SEQ + 1)), write=True)
 
     def clear(self, conversation_id: Any) -> Plan:
         return Plan(_ops.clear, (check_conversation_id(conversation_id),), write=True)
@@ -390,7 +485,8 @@ class Planner:
 
     def load_state(self, state: Any, conversation_id: Any, replace: Any) -> Plan:
         parsed = coerce_state(state)
-        cid = check_conversation_id(conversation_id or parsed.conversation.id)
+        cid = check_conversation_id(
+            parsed.conversation.id if conversation_id is None else conversation_id)
         return Plan(_ops.load_state, (parsed, cid, bool(replace)), write=True)
 
 

@@ -15,12 +15,16 @@ conversation row lock; window reads run REPEATABLE READ READ ONLY (one snapshot)
 
 from __future__ import annotations
 
+import importlib
 import os
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, pool
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from memstore.errors import ConfigurationError, MissingDependencyError
 
 __all__ = [
     "DEFAULT_URL",
@@ -29,6 +33,7 @@ __all__ = [
     "install_sqlite_hooks",
     "make_async_engine",
     "make_engine",
+    "parse_url",
     "read_options",
     "sync_url",
     "write_options",
@@ -44,9 +49,72 @@ def default_url() -> str:
     return os.environ.get("MEMSTORE_URL") or DEFAULT_URL
 
 
+_EXAMPLES = "sqlite:///path/to/memstore.db, sqlite:// (in memory) or postgresql://user@host/db"
+
+#: The optional package each driver memstore selects needs, and the extra that installs it.
+_DRIVER_EXTRAS = {"psycopg": ("psycopg", "postgres"), "aiosqlite": ("aiosqlite", "async")}
+
+
+def parse_url(url: str | URL) -> URL:
+    """Parse a database URL and check it names a database memstore supports.
+
+    ``postgres://`` (the spelling of Heroku, libpq tools and most hosting providers)
+    is accepted as ``postgresql://``.
+
+    Raises:
+        ConfigurationError: the URL does not parse (a bare file name gets a hint to
+            write ``sqlite:///<name>``), or names a database other than SQLite or
+            PostgreSQL.
+    """
+    if isinstance(url, URL):
+        u = url
+    elif isinstance(url, str):
+        if "\x00" in url:
+            raise ConfigurationError("the database URL contains a NUL character")
+        try:
+            u = make_url(url)
+        except (sa_exc.ArgumentError, ValueError) as exc:
+            hint = ""
+            if "://" not in url:
+                hint = (f"; for a SQLite file write 'sqlite:///{url}'" if url
+                        else "; pass a URL or set MEMSTORE_URL")
+            raise ConfigurationError(
+                f"{url!r} is not a database URL (expected {_EXAMPLES}){hint}"
+            ) from exc
+    else:
+        raise ConfigurationError(f"the database URL must be a str, not {type(url).__name__}")
+    backend = u.drivername.partition("+")[0]
+    if backend == "postgres":
+        driver = u.drivername.partition("+")[2]
+        u = u.set(drivername="postgresql" + (f"+{driver}" if driver else ""))
+        backend = "postgresql"
+    if backend not in ("sqlite", "postgresql"):
+        raise ConfigurationError(
+            f"memstore does not support the database {backend!r} (URL "
+            f"{u.render_as_string(hide_password=True)!r}); it runs on SQLite and PostgreSQL "
+            f"({_EXAMPLES})"
+        )
+    return u
+
+
+def _require_driver(u: URL) -> None:
+    """Raise MissingDependencyError when the URL's driver package is not installed."""
+    module, extra = _DRIVER_EXTRAS.get(u.get_driver_name(), (None, None))
+    if module is None:
+        return
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        database = "PostgreSQL" if u.get_backend_name() == "postgresql" else "asyncio SQLite"
+        raise MissingDependencyError(
+            f"{database} needs the {module!r} package, which is not installed: "
+            f"pip install 'memstore[{extra}]'"
+        ) from exc
+
+
 def sync_url(url: str | URL) -> URL:
     """Normalise a URL to memstore's synchronous drivers (pysqlite, psycopg 3)."""
-    u = make_url(url)
+    u = parse_url(url)
     backend = u.get_backend_name()
     if backend == "sqlite":
         return u.set(drivername="sqlite")
@@ -60,7 +128,7 @@ def sync_url(url: str | URL) -> URL:
 
 def async_url(url: str | URL) -> URL:
     """Normalise a URL to memstore's asyncio drivers (aiosqlite, psycopg 3 async)."""
-    u = make_url(url)
+    u = parse_url(url)
     backend = u.get_backend_name()
     if backend == "sqlite":
         return u.set(drivername="sqlite+aiosqlite")
@@ -68,6 +136,23 @@ def async_url(url: str | URL) -> URL:
     if backend == "postgresql" and u.get_driver_name() in drivers:
         return u.set(drivername="postgresql+psycopg")
     return u
+
+
+def _create(factory: Any, u: URL, kwargs: dict[str, Any]) -> Any:
+    """``factory(u, **kwargs)`` with driver and URL problems as memstore errors."""
+    _require_driver(u)
+    try:
+        return factory(u, **kwargs)
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"the driver of {u.render_as_string(hide_password=True)!r} is not installed: {exc}"
+        ) from exc
+    except (sa_exc.NoSuchModuleError, sa_exc.ArgumentError) as exc:
+        raise ConfigurationError(
+            f"cannot use {u.render_as_string(hide_password=True)!r}: {exc}"
+        ) from exc
+    except TypeError as exc:  # an engine option the dialect or pool does not take
+        raise ConfigurationError(f"invalid engine option: {exc}") from exc
 
 
 def _is_memory(u: URL) -> bool:
@@ -89,7 +174,7 @@ def _engine_kwargs(u: URL, options: dict[str, Any]) -> dict[str, Any]:
 def make_engine(url: str | URL, *, busy_timeout: float = 30.0, **options: Any) -> Engine:
     """Create a synchronous engine configured for memstore."""
     u = sync_url(url)
-    engine = create_engine(u, **_engine_kwargs(u, options))
+    engine: Engine = _create(create_engine, u, _engine_kwargs(u, options))
     install_sqlite_hooks(engine, busy_timeout=busy_timeout)
     return engine
 
@@ -97,7 +182,7 @@ def make_engine(url: str | URL, *, busy_timeout: float = 30.0, **options: Any) -
 def make_async_engine(url: str | URL, *, busy_timeout: float = 30.0, **options: Any) -> AsyncEngine:
     """Create an asyncio engine configured for memstore."""
     u = async_url(url)
-    engine = create_async_engine(u, **_engine_kwargs(u, options))
+    engine: AsyncEngine = _create(create_async_engine, u, _engine_kwargs(u, options))
     install_sqlite_hooks(engine.sync_engine, busy_timeout=busy_timeout)
     return engine
 

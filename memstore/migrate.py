@@ -196,9 +196,9 @@ def _offline(bind: Bind, revision: str, direction: str, output: TextIO | None) -
     elif isinstance(bind, Engine):
         url = bind.url
     else:
-        from sqlalchemy.engine import make_url
+        from memstore._engine import sync_url
 
-        url = make_url(bind)
+        url = sync_url(bind)
     buffer = output or io.StringIO()
     cfg = _config(output=buffer)
     cfg.set_main_option("sqlalchemy.url", url.render_as_string(hide_password=False).replace(

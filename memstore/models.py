@@ -3,11 +3,15 @@
 The canonical message shape is OpenAI's chat format. Every model here is a
 frozen pydantic v2 model; invalid input raises :class:`pydantic.ValidationError`
 naming the field, before anything is written.
+
+The input rules (:mod:`memstore._validate`) hold in every model: strings are text
+both databases store exactly (no NUL, no surrogate code point), JSON values hold
+only numbers PostgreSQL's ``jsonb`` gives back unchanged and nest at most 64
+levels, and seqs, token counts and counter names fit their columns.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, TypeVar
@@ -19,6 +23,15 @@ from pydantic import (
     JsonValue,
     field_validator,
     model_validator,
+)
+
+from memstore._validate import (
+    MAX_COUNTER_NAME_LENGTH,
+    MAX_SEQ,
+    MAX_TOKEN_COUNT,
+    check_json,
+    check_text,
+    short_repr,
 )
 
 __all__ = [
@@ -44,6 +57,7 @@ ROLES: tuple[str, ...] = ("system", "developer", "user", "assistant", "tool")
 ANCHOR_ROLES: frozenset[str] = frozenset({"system", "developer"})
 
 MAX_ID_LENGTH = 255
+_MAX_FLOAT = 1.7976931348623157e308
 STATE_VERSION = 1
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
@@ -54,34 +68,13 @@ _IGNORABLE_OPENAI_KEYS = frozenset({"refusal", "annotations", "audio", "function
 
 
 def _reject_nul(value: str, what: str) -> str:
-    if "\x00" in value:
-        raise ValueError(f"{what} contains a NUL character (\\x00), which databases cannot store")
-    return value
+    """Return ``value`` unless it cannot be stored exactly (NUL or a surrogate code point)."""
+    return check_text(value, what)
 
 
 def _check_json(value: Any, where: str) -> None:
-    """Raise ValueError unless ``value`` is strict JSON (no NaN/inf, string keys, no NUL)."""
-    if value is None or isinstance(value, (bool, int)):
-        return
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"{where} holds {value!r}, which is not valid JSON")
-        return
-    if isinstance(value, str):
-        _reject_nul(value, where)
-        return
-    if isinstance(value, (list, tuple)):
-        for i, item in enumerate(value):
-            _check_json(item, f"{where}[{i}]")
-        return
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise ValueError(f"{where} has a non-string key {key!r}; JSON keys are strings")
-            _reject_nul(key, f"{where} key")
-            _check_json(item, f"{where}[{key!r}]")
-        return
-    raise ValueError(f"{where} holds a {type(value).__name__}, which is not a JSON value")
+    """Raise ValueError unless ``value`` is JSON both databases read back exactly equal."""
+    check_json(value, where)
 
 
 def _validate_id(value: str, what: str) -> str:
@@ -89,7 +82,45 @@ def _validate_id(value: str, what: str) -> str:
         raise ValueError(f"{what} must not be empty")
     if len(value) > MAX_ID_LENGTH:
         raise ValueError(f"{what} is {len(value)} characters long; the maximum is {MAX_ID_LENGTH}")
-    return _reject_nul(value, what)
+    return check_text(value, what)
+
+
+def _utc(value: datetime) -> datetime:
+    """A timezone-aware UTC datetime (naive values are taken as UTC)."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=timezone.utc)
+    try:
+        return value.astimezone(timezone.utc)
+    except OverflowError:
+        raise ValueError(f"{value.isoformat()} is out of range once converted to UTC") from None
+
+
+def _tool_call_fields(item: Any) -> Any:
+    """Turn an OpenAI ``tool_calls`` item (``{"id", "type", "function": {...}}``) into fields.
+
+    Other keys of the item (such as a streaming ``index``) carry nothing memstore keeps
+    and are ignored, as before.
+    """
+    if not isinstance(item, Mapping):
+        return item
+    kind = item.get("type", "function")
+    if kind != "function":
+        raise ValueError(
+            f"tool call type {short_repr(kind)} is not supported (only \"function\" tool calls "
+            f"are)"
+        )
+    if "function" not in item:
+        return item
+    function = item["function"]
+    if not isinstance(function, Mapping):
+        raise ValueError(
+            f"tool call function must be an object with name and arguments, "
+            f"not {type(function).__name__}"
+        )
+    fields = {"id": item.get("id"), "name": function.get("name")}
+    if "arguments" in function:
+        fields["arguments"] = function["arguments"]
+    return fields
 
 
 class ToolCall(BaseModel):
@@ -109,6 +140,11 @@ class ToolCall(BaseModel):
     name: str
     arguments: str = "{}"
     type: Literal["function"] = "function"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_openai_shape(cls, data: Any) -> Any:
+        return _tool_call_fields(data)
 
     @field_validator("id")
     @classmethod
@@ -158,6 +194,11 @@ class ImageURL(BaseModel):
     url: str
     detail: Literal["auto", "low", "high"] | None = None
 
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        return check_text(value, "image url")
+
 
 class ImagePart(BaseModel):
     """An image content part (a URL or a ``data:`` URI)."""
@@ -200,6 +241,19 @@ class Message(BaseModel):
     id: str | None = None
 
     # ---- validation -------------------------------------------------------------------
+
+    @field_validator("score", mode="before")
+    @classmethod
+    def _check_score_range(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _MAX_FLOAT:
+            raise ValueError(f"score must be finite and >= 0, got an integer of "
+                             f"{value.bit_length()} bits (too large for a float)")
+        return value
+
+    @field_validator("score")
+    @classmethod
+    def _no_negative_zero(cls, value: float) -> float:
+        return 0.0 if value == 0.0 else value  # -0.0 is stored as 0.0 on every database
 
     @field_validator("content")
     @classmethod
@@ -349,15 +403,12 @@ class Message(BaseModel):
                 rejected by name (empty ``refusal``/``annotations``/``audio`` are ignored).
         """
         if not isinstance(data, Mapping):
-            raise TypeError(f"from_openai expects a mapping, not {type(data).__name__}")
+            return cls.model_validate(data)  # a ValidationError naming the type
         fields: dict[str, Any] = {}
         for key, value in data.items():
-            if key in _IGNORABLE_OPENAI_KEYS and value in (None, [], ""):
+            if key in _IGNORABLE_OPENAI_KEYS and _is_empty(value):
                 continue
-            if key == "tool_calls" and value is not None:
-                fields[key] = [_tool_call_from_openai(item) for item in value]
-            else:
-                fields[key] = value
+            fields[key] = value
         fields.update(extra)
         return cls.model_validate(fields)
 
@@ -377,19 +428,8 @@ class Message(BaseModel):
         return out
 
 
-def _tool_call_from_openai(item: Any) -> Any:
-    if isinstance(item, ToolCall):
-        return item
-    if isinstance(item, Mapping) and "function" in item:
-        function = item["function"] or {}
-        if item.get("type", "function") != "function":
-            raise ValueError(f"tool call type {item.get('type')!r} is not supported")
-        return {
-            "id": item.get("id"),
-            "name": function.get("name"),
-            "arguments": function.get("arguments", "{}"),
-        }
-    return item
+def _is_empty(value: Any) -> bool:
+    return value is None or (isinstance(value, (str, list, tuple)) and len(value) == 0)
 
 
 class StoredMessage(Message):
@@ -405,18 +445,26 @@ class StoredMessage(Message):
     """
 
     conversation_id: str
-    seq: int = Field(ge=1)
+    seq: int = Field(ge=1, le=MAX_SEQ)
     created_at: datetime
-    token_count: int = Field(ge=0)
-    token_counter: str
+    token_count: int = Field(ge=0, le=MAX_TOKEN_COUNT)
+    token_counter: str = Field(min_length=1, max_length=MAX_COUNTER_NAME_LENGTH)
     id: str  # narrowed from ``str | None``: a stored message always has an id
+
+    @field_validator("conversation_id")
+    @classmethod
+    def _check_conversation_id(cls, value: str) -> str:
+        return _validate_id(value, "conversation id")
+
+    @field_validator("token_counter")
+    @classmethod
+    def _check_counter(cls, value: str) -> str:
+        return check_text(value, "token counter name")
 
     @field_validator("created_at")
     @classmethod
     def _aware(cls, value: datetime) -> datetime:
-        if value.tzinfo is None:
-            return value.replace(tzinfo=timezone.utc)
-        return value.astimezone(timezone.utc)
+        return _utc(value)
 
 
 class Conversation(BaseModel):
@@ -437,13 +485,28 @@ class Conversation(BaseModel):
     created_at: datetime
     updated_at: datetime
     metadata: dict[str, JsonValue] = Field(default_factory=dict)
-    message_count: int = 0
-    token_count: int = 0
+    message_count: int = Field(default=0, ge=0, le=MAX_SEQ)
+    token_count: int = Field(default=0, ge=0, le=2**63 - 1)
 
     @field_validator("id")
     @classmethod
     def _check_id(cls, value: str) -> str:
         return _validate_id(value, "conversation id")
+
+    @field_validator("created_at", "updated_at")
+    @classmethod
+    def _aware(cls, value: datetime) -> datetime:
+        return _utc(value)
+
+    @field_validator("metadata", mode="before")
+    @classmethod
+    def _check_metadata(cls, value: Any) -> Any:
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise ValueError(f"metadata must be a JSON object, not {type(value).__name__}")
+        check_json(value, "metadata")
+        return value
 
 
 OmissionReason = Literal[
@@ -576,6 +639,15 @@ class ConversationState(BaseModel):
     conversation: Conversation
     messages: list[StoredMessage]
     view: dict[str, JsonValue] | None = None
+
+    @field_validator("view", mode="before")
+    @classmethod
+    def _check_view(cls, value: Any) -> Any:
+        if value is not None:
+            if not isinstance(value, Mapping):
+                raise ValueError(f"view must be a JSON object or null, not {type(value).__name__}")
+            check_json(value, "view")
+        return value
 
     @field_validator("version")
     @classmethod

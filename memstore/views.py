@@ -43,6 +43,8 @@ import abc
 import heapq
 import json
 import math
+import re
+import string
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
@@ -50,7 +52,8 @@ from typing import Any, ClassVar, Literal, cast
 
 from pydantic import JsonValue
 
-from memstore.errors import ConfigurationError, ContextBudgetError
+from memstore._validate import check_json, short_repr, text_problem
+from memstore.errors import ConfigurationError, ContextBudgetError, MemstoreError
 from memstore.history import HistorySource, ListHistory
 from memstore.models import (
     ContextWindow,
@@ -95,28 +98,99 @@ PlaceholderRole = Literal["user", "assistant", "system", "developer"]
 _PLACEHOLDER_ROLES = ("user", "assistant", "system", "developer")
 
 
+#: Longest placeholder text a HeadAndTailView template may produce (characters).
+MAX_PLACEHOLDER_CHARS = 2000
+
+#: Largest value of a view's integer parameters (token limits, sizes, turns): the
+#: largest integer a float holds exactly, far beyond any real context window.
+MAX_VIEW_INT = 2**53 - 1
+
+#: Largest width or precision a placeholder template's format spec may ask for.
+_MAX_SPEC_NUMBER = 200
+
+
 # ---- validation helpers ----------------------------------------------------------------
+
+
+_short = short_repr
 
 
 def _check_int(view: str, name: str, value: object, minimum: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool):
-        raise ConfigurationError(f"{view} {name} must be an int, got {value!r}")
+        raise ConfigurationError(f"{view} {name} must be an int, got {_short(value)}")
     if value < minimum:
-        raise ConfigurationError(f"{view} {name} must be >= {minimum}, got {value}")
+        raise ConfigurationError(f"{view} {name} must be >= {minimum}, got {_short(value)}")
+    if value > MAX_VIEW_INT:
+        raise ConfigurationError(
+            f"{view} {name} must be <= 2**53 - 1 ({MAX_VIEW_INT}), got {_short(value)}"
+        )
 
 
 def _check_bool(view: str, name: str, value: object) -> None:
     if not isinstance(value, bool):
-        raise ConfigurationError(f"{view} {name} must be a bool, got {value!r}")
+        raise ConfigurationError(f"{view} {name} must be a bool, got {_short(value)}")
 
 
 def _check_real(view: str, name: str, value: object) -> float:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise ConfigurationError(f"{view} {name} must be a number, got {value!r}")
-    number = float(value)
+        raise ConfigurationError(f"{view} {name} must be a number, got {_short(value)}")
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
     if not math.isfinite(number):
-        raise ConfigurationError(f"{view} {name} must be finite, got {value!r}")
+        raise ConfigurationError(f"{view} {name} must be finite, got {_short(value)}")
     return number
+
+
+def _check_template(view: str, template: object) -> None:
+    """Validate a placeholder template: ``{n}``/``{messages}`` fields, bounded output.
+
+    Only the fields ``n`` and ``messages`` are allowed (no attribute or index access),
+    format specs may not ask for widths or precisions above 200, and the text the
+    template produces for any count must be at most ``MAX_PLACEHOLDER_CHARS``
+    characters of storable text.
+    """
+    where = f"{view} placeholder_template"
+    if not isinstance(template, str):
+        raise ConfigurationError(f"{where} must be a str, got {_short(template)}")
+    if len(template) > MAX_PLACEHOLDER_CHARS:
+        raise ConfigurationError(
+            f"{where} is {len(template)} characters long; the maximum is {MAX_PLACEHOLDER_CHARS}"
+        )
+    problem = text_problem(template)
+    if problem is not None:
+        raise ConfigurationError(f"{where} {problem}")
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise ConfigurationError(f"{where} {template!r} is not a format string: {exc}") from exc
+    for _literal, field_name, spec, _conversion in parsed:
+        if field_name is None:
+            continue
+        if field_name not in ("n", "messages"):
+            raise ConfigurationError(
+                f"{where} {template!r} has the field {{{field_name}}}; only {{n}} and "
+                f"{{messages}} are available"
+            )
+        if spec and ("{" in spec or any(
+                len(d) > 3 or int(d) > _MAX_SPEC_NUMBER for d in re.findall(r"\d+", spec))):
+            raise ConfigurationError(
+                f"{where} {template!r}: the format spec {spec!r} asks for more than "
+                f"{_MAX_SPEC_NUMBER} characters (or nests a field)"
+            )
+    for count in (0, 1, 2, MAX_VIEW_INT):
+        try:
+            text = template.format(n=count, messages="message" if count == 1 else "messages")
+        except (KeyError, IndexError, ValueError, AttributeError, TypeError) as exc:
+            raise ConfigurationError(
+                f"{where} {template!r} does not format with {{n}} and {{messages}}: {exc!r}"
+            ) from exc
+        if len(text) > MAX_PLACEHOLDER_CHARS:
+            raise ConfigurationError(
+                f"{where} {template!r} produces {len(text)} characters; the maximum is "
+                f"{MAX_PLACEHOLDER_CHARS}"
+            )
 
 
 def _check_budget_params(view: str, token_limit: object, reserve: object) -> None:
@@ -132,7 +206,13 @@ def _normalize_tools(view: str, tools: object) -> tuple[dict[str, Any], ...] | N
     if tools is None:
         return None
     if isinstance(tools, (str, bytes, Mapping)) or not isinstance(tools, Sequence):
-        raise ConfigurationError(f"{view} tools must be a list of JSON objects, got {tools!r}")
+        raise ConfigurationError(
+            f"{view} tools must be a list of JSON objects, got {_short(tools)}"
+        )
+    try:
+        check_json(list(tools), f"{view} tools")
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
     try:
         copied = json.loads(json.dumps(list(tools), allow_nan=False))
     except (TypeError, ValueError) as exc:
@@ -144,7 +224,7 @@ def _normalize_tools(view: str, tools: object) -> tuple[dict[str, Any], ...] | N
 
 def _check_counter(view: str, counter: object) -> None:
     if counter is not None and not isinstance(counter, TokenCounter):
-        raise ConfigurationError(f"{view} counter must be a TokenCounter, got {counter!r}")
+        raise ConfigurationError(f"{view} counter must be a TokenCounter, got {_short(counter)}")
 
 
 # ---- the ledger: what a window kept, what it left out and why ------------------------------
@@ -460,12 +540,15 @@ class HeadAndTailView(ContextView):
     Args:
         head_size: messages the head units may hold (>= 1).
         tail_size: messages the tail units may hold (>= 1).
-        placeholder_template: ``str.format`` template with ``{n}`` and ``{messages}``.
+        placeholder_template: ``str.format`` template with ``{n}`` and ``{messages}``
+            (no other fields; format widths and precisions up to 200; at most
+            ``MAX_PLACEHOLDER_CHARS`` characters of text for any count).
         placeholder_role: role of the placeholder message.
 
     Raises:
         ConfigurationError: (a ``ValueError``) a size is not an int >= 1, the template
-            does not format, or the role is not user/assistant/system/developer.
+            does not format or is not bounded, or the role is not
+            user/assistant/system/developer.
     """
 
     head_size: int
@@ -476,19 +559,11 @@ class HeadAndTailView(ContextView):
     def __post_init__(self) -> None:
         _check_int("HeadAndTailView", "head_size", self.head_size, 1)
         _check_int("HeadAndTailView", "tail_size", self.tail_size, 1)
-        if not isinstance(self.placeholder_template, str):
-            raise ConfigurationError("HeadAndTailView placeholder_template must be a str")
-        try:
-            self.placeholder_text(2)
-        except (KeyError, IndexError, ValueError, AttributeError) as exc:
-            raise ConfigurationError(
-                f"HeadAndTailView placeholder_template {self.placeholder_template!r} does not "
-                f"format with {{n}} and {{messages}}: {exc!r}"
-            ) from exc
+        _check_template("HeadAndTailView", self.placeholder_template)
         if self.placeholder_role not in _PLACEHOLDER_ROLES:
             raise ConfigurationError(
                 f"HeadAndTailView placeholder_role must be one of {_PLACEHOLDER_ROLES}, "
-                f"got {self.placeholder_role!r}"
+                f"got {_short(self.placeholder_role)}"
             )
 
     def placeholder_text(self, skipped: int) -> str:
@@ -951,19 +1026,33 @@ def view_from_config(config: Mapping[str, Any]) -> ContextView:
     cls = _VIEW_CLASSES.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise ConfigurationError(
-            f"unknown view type {kind!r}; expected one of {sorted(_VIEW_CLASSES)}"
+            f"unknown view type {_short(kind)}; expected one of {sorted(_VIEW_CLASSES)}"
         )
     params = {key: value for key, value in config.items() if key != "type"}
     allowed = {f.name for f in fields(cls)}
-    unknown = sorted(set(params) - allowed)
+    unknown = sorted(repr(key) if not isinstance(key, str) else key
+                     for key in set(params) - allowed)
     if unknown:
         raise ConfigurationError(f"{kind} has no parameter(s) {', '.join(unknown)}")
     counter = params.get("counter")
     if counter is not None:
-        if not isinstance(counter, str):
-            raise ConfigurationError(f"{kind} counter must be saved by name, got {counter!r}")
-        params["counter"] = counter_from_name(counter)
+        params["counter"] = _counter_from_config(cls.__name__, counter)
     try:
         return cls(**params)
     except TypeError as exc:
         raise ConfigurationError(f"invalid {kind} config: {exc}") from exc
+
+
+def _counter_from_config(kind: str, name: object) -> TokenCounter:
+    """Rebuild a view's counter from its saved name, every failure a memstore error."""
+    if not isinstance(name, str):
+        raise ConfigurationError(f"{kind} counter must be saved by name, got {_short(name)}")
+    problem = text_problem(name)
+    if problem is not None or len(name) > 200:
+        raise ConfigurationError(f"{kind} counter name {_short(name)} is not a counter name")
+    try:
+        return counter_from_name(name)
+    except MemstoreError:
+        raise
+    except (ValueError, TypeError, LookupError, OverflowError) as exc:
+        raise ConfigurationError(f"{kind} counter {name!r} cannot be rebuilt: {exc}") from exc

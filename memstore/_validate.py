@@ -1,0 +1,210 @@
+"""Input rules shared by the models, the stores and the views.
+
+What memstore stores must read back exactly equal (type and value) on SQLite and on
+PostgreSQL, so everything that enters is checked against what *both* databases
+round-trip, before any database work:
+
+* **Strings** (content, names, ids, tool-call fields, URLs, conversation ids, JSON
+  keys and string values, counter names, view templates) must be valid Unicode text
+  that UTF-8 can encode: no NUL (``U+0000``, which PostgreSQL cannot store in text
+  or JSONB) and no surrogate code point (``U+D800``–``U+DFFF``, e.g. a lone
+  high surrogate left by a badly decoded file, which no UTF-8 encoder accepts).
+* **JSON values** (metadata, view tool schemas, snapshot view configurations) are
+  strict JSON: ``None``, ``bool``, ``int``, ``float``, ``str``, lists and objects with
+  string keys, nested at most :data:`MAX_JSON_DEPTH` levels. Numbers are limited to
+  what PostgreSQL's ``jsonb`` gives back unchanged: finite floats of magnitude below
+  ``1e16`` (``jsonb`` renders larger ones as integers) other than ``-0.0`` (``jsonb``
+  has no negative zero), and integers of at most :data:`MAX_JSON_INT_DIGITS` digits.
+* **Integers** that reach a column fit it on both databases: seqs are at most
+  :data:`MAX_SEQ`, per-message token counts at most :data:`MAX_TOKEN_COUNT`, token
+  counter names at most :data:`MAX_COUNTER_NAME_LENGTH` characters.
+
+Each check raises :class:`ValueError` with a message naming the value's place
+(pydantic turns it into a ``ValidationError`` naming the field); the stores wrap it
+in :class:`~memstore.errors.InvalidInputError` for call arguments.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "MAX_COUNTER_NAME_LENGTH",
+    "MAX_JSON_DEPTH",
+    "MAX_JSON_FLOAT",
+    "MAX_JSON_INT_DIGITS",
+    "MAX_SEQ",
+    "MAX_TOKEN_COUNT",
+    "check_json",
+    "check_text",
+    "short_repr",
+    "text_problem",
+]
+
+#: Deepest nesting of lists/objects accepted in a JSON value (the top-level object is 1).
+MAX_JSON_DEPTH = 64
+
+#: Floats in JSON must have a magnitude below this: PostgreSQL's ``jsonb`` stores
+#: numbers as ``numeric`` and prints one written ``1e+16`` back as ``10000000000000000``,
+#: which decodes as an ``int``. Below it, every float reads back as the same float.
+MAX_JSON_FLOAT = 1e16
+
+#: Integers in JSON may have at most this many decimal digits.
+MAX_JSON_INT_DIGITS = 1000
+_INT_BOUND = 10**MAX_JSON_INT_DIGITS
+
+#: Largest seq a message may have: far inside both databases' signed 64-bit
+#: ``BIGINT``, so that seq arithmetic (``seq + 1``, appending after a loaded
+#: snapshot) can never overflow it.
+MAX_SEQ = 2**62
+
+#: Largest per-message token count (the column is a signed 32-bit ``INTEGER``).
+MAX_TOKEN_COUNT = 2**31 - 1
+
+#: Longest token counter name (the ``token_counter`` column is ``VARCHAR(64)``).
+MAX_COUNTER_NAME_LENGTH = 64
+
+
+def short_repr(value: Any) -> str:
+    """``repr(value)`` for an error message: shortened, and safe for huge integers."""
+    if isinstance(value, int) and value.bit_length() > 200:
+        return f"an integer of {value.bit_length()} bits"  # repr may refuse huge ints
+    try:
+        text = repr(value)
+    except ValueError:  # a huge int inside a container, say
+        return f"a {type(value).__name__} that cannot be shown"
+    return text if len(text) <= 60 else f"{text[:40]}... ({len(text)} characters)"
+
+
+def text_problem(value: str) -> str | None:
+    """What makes ``value`` unstorable, or ``None`` when both databases store it exactly."""
+    if value.isascii():
+        if "\x00" in value:
+            return f"contains a NUL character (\\x00) at index {value.index(chr(0))}, which " \
+                   "databases cannot store"
+        return None
+    if "\x00" in value:
+        return f"contains a NUL character (\\x00) at index {value.index(chr(0))}, which " \
+               "databases cannot store"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (f"contains a surrogate code point (U+{ord(value[exc.start]):04X}) at index "
+                f"{exc.start}, which is not valid Unicode text and cannot be stored")
+    return None
+
+
+def check_text(value: str, what: str) -> str:
+    """Return ``value`` unless it holds NUL or a surrogate code point (then ValueError)."""
+    problem = text_problem(value)
+    if problem is not None:
+        raise ValueError(f"{what} {problem}")
+    return value
+
+
+def _float_problem(value: float) -> str | None:
+    if not math.isfinite(value):
+        return f"holds {value!r}, which is not valid JSON"
+    if value == 0.0 and math.copysign(1.0, value) < 0:
+        return "holds -0.0, which PostgreSQL reads back as 0.0; store 0.0"
+    if abs(value) >= MAX_JSON_FLOAT:
+        return (f"holds the float {value!r}; floats of magnitude 1e16 or more read back "
+                f"as integers on PostgreSQL, so store an int (or a string) instead")
+    return None
+
+
+def _path(root: str, keys: list[Any]) -> str:
+    """``root[k1][k2]...`` for an error message (long paths are shortened)."""
+    parts = [f"[{k[:40]!r}]" if isinstance(k, str) else f"[{k}]" for k in keys]
+    if len(parts) > 8:
+        parts = [*parts[:4], f"...({len(parts) - 6} more)...", *parts[-2:]]
+    return root + "".join(parts)
+
+
+def check_json(value: Any, where: str) -> None:
+    """Raise ValueError unless ``value`` is a JSON value both databases round-trip exactly.
+
+    ``where`` names the value in the message (``"metadata"``); nested places are
+    named by their keys and indexes.
+    """
+    _check_json(value, where, [])
+
+
+def _check_json(value: Any, root: str, keys: list[Any]) -> None:
+    # Exact-type fast paths first: this runs for every metadata value of every write.
+    kind = type(value)
+    if kind is str:
+        problem = text_problem(value)
+    elif kind is dict or kind is list:
+        _check_container(value, root, keys)
+        return
+    elif value is None or kind is bool:
+        return
+    elif kind is int:
+        problem = None if -_INT_BOUND < value < _INT_BOUND else \
+            f"holds an integer of more than {MAX_JSON_INT_DIGITS} digits"
+    elif kind is float:
+        problem = _float_problem(value)
+    # Subclasses (IntEnum, str subclasses, OrderedDict, tuples...).
+    elif isinstance(value, bool):
+        return
+    elif isinstance(value, int):
+        _check_json(int(value), root, keys)
+        return
+    elif isinstance(value, float):
+        problem = _float_problem(float(value))
+    elif isinstance(value, str):
+        problem = text_problem(value)
+    elif isinstance(value, (list, tuple, Mapping)):
+        _check_container(value, root, keys)
+        return
+    else:
+        problem = f"holds a {type(value).__name__}, which is not a JSON value"
+    if problem is not None:
+        raise ValueError(f"{_path(root, keys)} {problem}")
+
+
+def _plain(item: Any) -> bool:
+    """Fast path: ``item`` is a scalar that obviously passes (most JSON values are)."""
+    kind = type(item)
+    if kind is str:
+        text: str = item
+        return text.isascii() and "\x00" not in text
+    if item is None or kind is bool:
+        return True
+    if kind is int:
+        return bool(-_INT_BOUND < item < _INT_BOUND)
+    if kind is float:
+        number: float = item
+        return 0.0 < abs(number) < MAX_JSON_FLOAT or (
+            number == 0.0 and math.copysign(1.0, number) > 0)
+    return False
+
+
+def _check_container(value: Any, root: str, keys: list[Any]) -> None:
+    if len(keys) >= MAX_JSON_DEPTH:
+        raise ValueError(f"{_path(root, keys)} is nested more than {MAX_JSON_DEPTH} levels deep")
+    if type(value) is dict or isinstance(value, Mapping):
+        for key, item in value.items():
+            if type(key) is not str or not key.isascii() or "\x00" in key:
+                if not isinstance(key, str):
+                    raise ValueError(
+                        f"{_path(root, keys)} has a non-string key {key!r}; JSON keys are strings"
+                    )
+                problem = text_problem(key)
+                if problem is not None:
+                    raise ValueError(f"{_path(root, keys)} key {key[:40]!r} {problem}")
+            if _plain(item):
+                continue
+            keys.append(key)
+            _check_json(item, root, keys)
+            keys.pop()
+    else:
+        for i, item in enumerate(value):
+            if _plain(item):
+                continue
+            keys.append(i)
+            _check_json(item, root, keys)
+            keys.pop()

@@ -1,0 +1,495 @@
+"""The input rules, case by case: each input is stored exactly or refused by name.
+
+One example per observed failure (strings that cannot be encoded, numbers that
+change, raw exceptions, backends that disagree, URLs); the fuzzers in
+``tests/test_fuzz.py`` cover the classes these examples belong to.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime, timezone
+from typing import Any
+
+import pydantic
+import pytest
+
+from memstore import (
+    AsyncMemoryStore,
+    ConversationState,
+    HeadAndTailView,
+    MemoryStore,
+    Message,
+    ScoreBasedView,
+    TokenLimitedView,
+    view_from_config,
+)
+from memstore.cli import main
+from memstore.errors import (
+    ConfigurationError,
+    ConversationNotFoundError,
+    InvalidInputError,
+    MessageNotFoundError,
+    MissingDependencyError,
+)
+from memstore.models import ImagePart, ImageURL, StoredMessage
+from memstore.tokens import FixedCounter
+from tests.helpers import call
+
+SURROGATE = "a\ud800"
+
+
+def deep(levels: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(levels):
+        value = {"k": value}
+    return value
+
+
+def tool_call(call_id: str = "c1", name: str = "f", arguments: str = "{}") -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+# ---- strings that cannot be encoded ---------------------------------------------------------
+
+BAD_STRINGS = [
+    ("content", {"role": "user", "content": SURROGATE}),
+    ("name", {"role": "user", "content": "x", "name": SURROGATE}),
+    ("id", {"role": "user", "content": "x", "id": SURROGATE}),
+    ("tool_call_id", {"role": "tool", "content": "x", "tool_call_id": SURROGATE}),
+    ("tool_calls.0.id", {"role": "assistant", "tool_calls": [tool_call(call_id=SURROGATE)]}),
+    ("tool_calls.0.name", {"role": "assistant", "tool_calls": [tool_call(name=SURROGATE)]}),
+    ("tool_calls.0.arguments",
+     {"role": "assistant", "tool_calls": [tool_call(arguments='{"a": "\udfff"}')]}),
+    ("content", {"role": "user", "content": [{"type": "text", "text": SURROGATE}]}),
+    ("content", {"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "http://x/\x00.png"}}]}),
+    ("content", {"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "http://x/\ud800.png"}}]}),
+    ("metadata", {"role": "user", "content": "x", "metadata": {"k": "\ud800\udfff"}}),
+    ("metadata", {"role": "user", "content": "x", "metadata": {"\ud800": 1}}),
+    ("metadata", {"role": "user", "content": "x", "metadata": {"k": ["a\x00"]}}),
+    ("metadata", {"role": "user", "content": "x", "metadata": {"k\x00": 1}}),
+]
+
+
+@pytest.mark.parametrize(("field", "bad"), BAD_STRINGS, ids=[f"{i}-{c[0]}" for i, c in
+                                                            enumerate(BAD_STRINGS)])
+async def test_unencodable_strings_are_refused_naming_the_field(
+    store: Any, field: str, bad: dict[str, Any]
+) -> None:
+    with pytest.raises(pydantic.ValidationError) as info:
+        await call(store.append("c", bad))
+    errors = info.value.errors()
+    assert any(".".join(map(str, e["loc"])).startswith(field) for e in errors), errors
+    assert "surrogate" in str(info.value) or "NUL" in str(info.value)
+    with pytest.raises(ConversationNotFoundError):
+        await call(store.get_conversation("c"))
+
+
+def test_the_rule_is_the_same_in_every_model() -> None:
+    with pytest.raises(pydantic.ValidationError, match="NUL"):
+        ImageURL(url="data:image/png;base64,\x00")
+    with pytest.raises(pydantic.ValidationError, match="surrogate"):
+        ImagePart(image_url={"url": "\udc80"})
+    with pytest.raises(pydantic.ValidationError):  # the JSON parser refuses it already
+        Message.model_validate_json('{"role": "user", "content": "\\ud800"}')
+    # A real astral character (a valid surrogate *pair* in JSON) is fine.
+    assert Message.model_validate_json(
+        '{"role": "user", "content": "\\ud83d\\ude00"}').content == "\U0001f600"
+
+
+async def test_conversation_ids_that_cannot_be_encoded_are_refused_by_every_method(
+    store: Any
+) -> None:
+    await call(store.append("ok", Message.user("x")))
+    for cid in ("\ud800", "a\x00"):
+        for method, args in (
+            ("append", (cid, Message.user("x"))),
+            ("extend", (cid, [Message.user("x")])),
+            ("messages", (cid,)),
+            ("get_message", (cid, 1)),
+            ("get_conversation", (cid,)),
+            ("create_conversation", (cid,)),
+            ("delete_conversation", (cid,)),
+            ("count_tokens", (cid,)),
+            ("window", (cid, TokenLimitedView(token_limit=100))),
+            ("save_state", (cid,)),
+            ("clear", (cid,)),
+        ):
+            with pytest.raises(InvalidInputError, match="conversation id"):
+                await call(getattr(store, method)(*args))
+        with pytest.raises(InvalidInputError):
+            await call(store.list_conversations(after=cid))
+        state = await call(store.save_state("ok"))
+        with pytest.raises(InvalidInputError):
+            await call(store.load_state(state, cid))
+    assert [c.id for c in await call(store.list_conversations())] == ["ok"]
+
+
+# ---- numbers that change --------------------------------------------------------------------
+
+CHANGING = [
+    ({"f": 1e308}, "1e16 or more"),
+    ({"f": 1e16}, "1e16 or more"),
+    ({"f": -2.5e20}, "1e16 or more"),
+    ({"z": -0.0}, "-0.0"),
+    ({"n": float("nan")}, "not valid JSON"),
+    ({"n": [float("inf")]}, "not valid JSON"),
+    ({"i": 10**1000}, "digits"),
+]
+
+
+@pytest.mark.parametrize(("metadata", "needle"), CHANGING, ids=[str(c[0]) for c in CHANGING])
+async def test_numbers_a_database_would_change_are_refused(
+    store: Any, metadata: dict[str, Any], needle: str
+) -> None:
+    with pytest.raises(pydantic.ValidationError, match="metadata") as info:
+        await call(store.append("c", Message.user("x", metadata=metadata)))
+    assert needle in str(info.value)
+    with pytest.raises(InvalidInputError, match=needle):
+        await call(store.create_conversation("c", metadata))
+    with pytest.raises(ConversationNotFoundError):
+        await call(store.get_conversation("c"))
+
+
+EXACT = {
+    "largest": 9999999999999998.0,
+    "tiny": 5e-324,
+    "small": 1e-300,
+    "third": 1 / 3,
+    "int64": 2**63 - 1,
+    "beyond": 2**64 + 1,
+    "huge": 10**999,
+    "negative": -(10**30),
+    "one": 1,
+    "one-float": 1.0,
+    "zero": 0.0,
+    "nested": [{"a": [None, True, False, "", "\U0001f600", "\\u0000"]}],
+}
+
+
+async def test_numbers_inside_the_rules_read_back_exactly(store: Any) -> None:
+    stored = await call(store.append("c", Message.user("x", metadata=EXACT)))
+    await call(store.create_conversation("d", EXACT))
+    for metadata in (
+        (await call(store.get_message("c", 1))).metadata,
+        (await call(store.messages("c")))[0].metadata,
+        (await call(store.window("c", TokenLimitedView(token_limit=100)))).messages[0].metadata,
+        (await call(store.get_conversation("d"))).metadata,
+        stored.metadata,
+    ):
+        assert json.dumps(metadata, sort_keys=True) == json.dumps(EXACT, sort_keys=True)
+        assert {k: type(v) for k, v in metadata.items()} == {k: type(v) for k, v in EXACT.items()}
+    text = (await call(store.save_state("c"))).to_json()
+    assert ConversationState.from_json(text).messages[0].metadata == EXACT
+
+
+async def test_load_state_validates_conversation_metadata(store: Any) -> None:
+    await call(store.append("c", Message.user("x")))
+    snapshot = json.loads((await call(store.save_state("c"))).to_json())
+    for bad in (float("nan"), float("inf"), 1e300, -0.0, deep(100)):
+        snapshot["conversation"]["metadata"] = {"v": bad}
+        with pytest.raises(pydantic.ValidationError, match="metadata"):
+            await call(store.load_state(snapshot, "copy"))
+    snapshot["conversation"]["metadata"] = {"v": 1}
+    text = json.dumps(snapshot).replace('{"v": 1}', '{"v": NaN}')
+    with pytest.raises(pydantic.ValidationError):
+        await call(store.load_state(text, "copy"))
+    with pytest.raises(ConversationNotFoundError):
+        await call(store.get_conversation("copy"))
+
+
+# ---- raw exceptions become memstore errors or ValidationErrors --------------------------------
+
+
+async def test_deeply_nested_json_is_refused_everywhere(store: Any) -> None:
+    nested = deep(1500)
+    with pytest.raises(pydantic.ValidationError, match="nested more than 64 levels"):
+        Message.user("x", metadata=nested)
+    with pytest.raises(InvalidInputError, match="nested more than 64 levels"):
+        await call(store.create_conversation("c", nested))
+    with pytest.raises(ConfigurationError, match="nested more than 64 levels"):
+        TokenLimitedView(token_limit=100, tools=[nested])
+    Message.user("x", metadata=deep(63))  # the limit itself is fine
+    await call(store.append("c", Message.user("x", metadata=deep(63))))
+    assert (await call(store.messages("c")))[0].metadata == deep(63)
+    snapshot = json.loads((await call(store.save_state("c"))).to_json())
+    snapshot["messages"][0]["metadata"] = deep(1500)
+    with pytest.raises(pydantic.ValidationError):
+        await call(store.load_state(snapshot, "copy"))
+
+
+async def test_overflowing_numbers_are_refused(store: Any) -> None:
+    await call(store.append("c", Message.user("x")))
+    with pytest.raises(InvalidInputError, match="score"):
+        await call(store.set_score("c", 1, 2**1024))
+    with pytest.raises(pydantic.ValidationError, match="score"):
+        Message.user("x", score=2**1024)
+    with pytest.raises(ConfigurationError, match="token_limit"):
+        TokenLimitedView(token_limit=10**400)
+    with pytest.raises(ConfigurationError, match="keep_rate"):
+        ScoreBasedView(token_limit=100, keep_rate=10**400)
+    with pytest.raises(ConfigurationError, match="half_life"):
+        ScoreBasedView(token_limit=100, half_life=10**400)
+    assert (await call(store.get_message("c", 1))).score == 1.0
+
+
+async def test_integers_too_long_to_print_are_refused_by_name(store: Any) -> None:
+    huge = 10**5000  # beyond Python's int-to-str limit: even repr() refuses it
+    await call(store.append("c", Message.user("x")))
+    with pytest.raises(InvalidInputError, match="seq"):
+        await call(store.get_message("c", huge))
+    with pytest.raises(InvalidInputError, match="limit"):
+        await call(store.list_conversations(limit=huge))
+    with pytest.raises(InvalidInputError, match="score"):
+        await call(store.set_score("c", 1, huge))
+    with pytest.raises(pydantic.ValidationError, match="score"):
+        Message.user("x", score=huge)
+    with pytest.raises(pydantic.ValidationError, match="metadata"):
+        Message.user("x", metadata={"n": huge})
+    with pytest.raises(ConfigurationError, match="view type"):
+        view_from_config({"type": huge})
+    with pytest.raises(ConfigurationError, match="busy_timeout"):
+        MemoryStore("sqlite://", busy_timeout=huge)
+
+
+async def test_out_of_range_seqs_get_the_same_error_on_both_databases(store: Any) -> None:
+    await call(store.append("c", Message.user("x")))
+    for seq in (2**64, 2**63, 2**63 - 1, 2**62 + 1):
+        for method in ("get_message", "pin", "unpin"):
+            with pytest.raises(InvalidInputError, match="2\\*\\*62"):
+                await call(getattr(store, method)("c", seq))
+        with pytest.raises(InvalidInputError, match="2\\*\\*62"):
+            await call(store.set_score("c", seq, 1.0))
+    with pytest.raises(MessageNotFoundError):
+        await call(store.get_message("c", 2**62))
+    # Range bounds and counts beyond every seq mean "all of them".
+    assert len(await call(store.messages("c", start=-(2**70), stop=2**70, limit=2**80))) == 1
+    assert await call(store.messages("c", start=2**64)) == []
+    assert await call(store.truncate("c", before_seq=2**64)) == 1
+    await call(store.append("c", Message.user("y")))
+    assert len(await call(store.pop("c", 2**70))) == 1
+
+
+async def test_extend_with_a_non_iterable_is_an_invalid_input(store: Any) -> None:
+    for bad in (5, None, 1.5, object()):
+        with pytest.raises(InvalidInputError, match="extend"):
+            await call(store.extend("c", bad))
+    with pytest.raises(ConversationNotFoundError):
+        await call(store.get_conversation("c"))
+
+
+@pytest.mark.parametrize("item", [
+    {"id": "c1", "type": "function", "function": "f"},
+    {"id": "c1", "type": "function", "function": None},
+    {"id": "c1", "type": "function", "function": ["f", "{}"]},
+    {"id": "c1", "type": "custom", "custom": {"name": "f", "input": "x"}},
+    {"id": "c1", "type": "custom", "function": {"name": "f", "arguments": "{}"}},
+    "c1",
+    5,
+])
+def test_from_openai_refuses_malformed_tool_calls_with_a_validation_error(item: Any) -> None:
+    with pytest.raises(pydantic.ValidationError, match="tool_calls"):
+        Message.from_openai({"role": "assistant", "tool_calls": [item]})
+
+
+def test_from_openai_refuses_non_lists_and_non_mappings_with_a_validation_error() -> None:
+    with pytest.raises(pydantic.ValidationError, match="tool_calls"):
+        Message.from_openai({"role": "assistant", "tool_calls": 5})
+    with pytest.raises(pydantic.ValidationError):
+        Message.from_openai(5)  # type: ignore[arg-type]
+    with pytest.raises(pydantic.ValidationError, match="custom"):
+        Message.from_openai({"role": "assistant", "tool_calls": [
+            {"id": "c1", "type": "custom", "custom": {}}]})
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), -1, 10**400, "30", None])
+async def test_busy_timeout_is_validated(tmp_path: Any, timeout: Any) -> None:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    with pytest.raises(ConfigurationError, match="busy_timeout"):
+        MemoryStore(url, busy_timeout=timeout)
+    with pytest.raises(ConfigurationError, match="busy_timeout"):
+        AsyncMemoryStore(url, busy_timeout=timeout)
+    assert not (tmp_path / "x.db").exists()
+
+
+@pytest.mark.parametrize("template", [
+    "{n:>200000000}", "{n:.100000f}", "{n:{n}}", "{0}", "{}", "{n.real}", "{n[0]}",
+    "{messages.upper}", "{other}", "{", "Skipped {n}\x00", "Skipped {n} \ud800",
+    "x" * 2001, "{n:>150}" * 20, 5,
+])
+def test_placeholder_templates_are_bounded_at_construction(template: Any) -> None:
+    with pytest.raises(ConfigurationError, match="placeholder_template"):
+        HeadAndTailView(head_size=1, tail_size=1, placeholder_template=template)
+    with pytest.raises(ConfigurationError):
+        view_from_config({"type": "HeadAndTailView", "head_size": 1, "tail_size": 1,
+                          "placeholder_template": template})
+
+
+def test_bounded_templates_still_format() -> None:
+    view = HeadAndTailView(head_size=1, tail_size=1,
+                           placeholder_template="[{n:>6,}] {messages!s:^10} {{n}}")
+    assert view.placeholder_text(1234) == "[ 1,234]  messages  {n}"
+
+
+# ---- backends that disagree -----------------------------------------------------------------
+
+
+class LongNameCounter(FixedCounter):
+    @property
+    def name(self) -> str:
+        return "x" * 65
+
+
+class HugeCounter(FixedCounter):
+    def count_message(self, message: Message) -> int:
+        return 2**31
+
+
+async def test_counter_names_longer_than_the_column_are_refused(tmp_path: Any) -> None:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    with pytest.raises(ConfigurationError, match="64"):
+        MemoryStore(url, counter=LongNameCounter(per_message=1))
+    with pytest.raises(ConfigurationError, match="64"):
+        AsyncMemoryStore(url, counter=LongNameCounter(per_message=1))
+
+
+async def test_token_counts_beyond_the_column_write_nothing(db_url: str) -> None:
+    store = MemoryStore(db_url, counter=HugeCounter(per_message=1))
+    try:
+        with pytest.raises(InvalidInputError, match="2147483647"):
+            store.append("c", Message.user("x"))
+        with pytest.raises(ConversationNotFoundError):
+            store.get_conversation("c")
+    finally:
+        store.close()
+
+
+async def test_snapshots_that_do_not_fit_both_databases_are_refused(store: Any) -> None:
+    await call(store.append("c", Message.user("x")))
+    good = json.loads((await call(store.save_state("c"))).to_json())
+    for path, value in (
+        (("messages", 0, "seq"), 2**63 - 1),
+        (("messages", 0, "seq"), 2**62 + 1),
+        (("messages", 0, "token_count"), 2**31),
+        (("messages", 0, "token_counter"), "y" * 65),
+        (("messages", 0, "created_at"), "0001-01-01T00:00:00+05:00"),
+        (("conversation", "created_at"), "9999-12-31T23:59:59-05:00"),
+        (("messages", 0, "content"), "\ud800"),
+        (("conversation", "id"), "\ud800"),
+    ):
+        snapshot = json.loads(json.dumps(good))
+        target: Any = snapshot
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+        with pytest.raises(pydantic.ValidationError):
+            await call(store.load_state(snapshot, "copy"))
+        with pytest.raises(ConversationNotFoundError):
+            await call(store.get_conversation("copy"))
+    # The largest seq loads, and appending after it still works on both databases.
+    snapshot = json.loads(json.dumps(good))
+    snapshot["messages"][0]["seq"] = 2**62 - 1
+    await call(store.load_state(snapshot, "copy"))
+    appended = await call(store.append("copy", Message.user("y")))
+    assert appended.seq == 2**62
+    assert [m.seq for m in await call(store.messages("copy"))] == [2**62 - 1, 2**62]
+
+
+async def test_list_conversations_after_refuses_unstorable_text(store: Any) -> None:
+    await call(store.append("a", Message.user("x")))
+    for after in ("a\x00", "\ud800"):
+        with pytest.raises(InvalidInputError, match="after"):
+            await call(store.list_conversations(after=after))
+    assert [c.id for c in await call(store.list_conversations(after="\U0001f600"))] == []
+
+
+def test_stored_message_timestamps_out_of_range_are_validation_errors() -> None:
+    from datetime import timedelta
+
+    with pytest.raises(pydantic.ValidationError, match="created_at"):
+        StoredMessage(role="user", content="x", id="m", conversation_id="c", seq=1,
+                      created_at=datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=5))),
+                      token_count=1, token_counter="fixed")
+
+
+# ---- URLs -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("url", "needle"), [
+    ("agent.db", "sqlite:///agent.db"),
+    ("nonsense", "not a database URL"),
+    ("", "not a database URL"),
+    ("mysql://u@localhost/db", "does not support the database 'mysql'"),
+    ("mysql+pymysql://u@localhost/db", "does not support the database 'mysql'"),
+    ("oracle://u@localhost/db", "does not support"),
+])
+async def test_bad_urls_are_configuration_errors(url: str, needle: str) -> None:
+    for factory in (MemoryStore, AsyncMemoryStore):
+        with pytest.raises(ConfigurationError) as info:
+            factory(url)
+        assert needle in str(info.value)
+
+
+async def test_unknown_engine_options_are_configuration_errors(tmp_path: Any) -> None:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    for factory in (MemoryStore, AsyncMemoryStore):
+        with pytest.raises(ConfigurationError, match="bogus_option"):
+            factory(url, bogus_option=1)
+
+
+def test_a_missing_driver_names_the_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    for url in ("postgresql://u@localhost/db", "postgres://u@localhost/db",
+                "postgresql+psycopg2://u@localhost/db"):
+        with pytest.raises(MissingDependencyError, match=r"memstore\[postgres\]"):
+            MemoryStore(url)
+        with pytest.raises(MissingDependencyError, match=r"memstore\[postgres\]"):
+            AsyncMemoryStore(url)
+    monkeypatch.setitem(sys.modules, "aiosqlite", None)
+    with pytest.raises(MissingDependencyError, match=r"memstore\[async\]"):
+        AsyncMemoryStore("sqlite://")
+
+
+@pytest.mark.postgres
+def test_postgres_scheme_is_postgresql(pg_url: str) -> None:
+    url = pg_url.replace("postgresql+psycopg://", "postgres://", 1)
+    assert url.startswith("postgres://")
+    store = MemoryStore(url, counter=FixedCounter(per_message=1))
+    try:
+        assert store.engine.dialect.name == "postgresql"
+        assert store.engine.url.drivername == "postgresql+psycopg"
+    finally:
+        store.close()
+
+
+def test_cli_reports_bad_urls_without_a_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    for url in ("nonsense", "mysql://u@h/db", "agent.db"):
+        assert main(["db", "current", "--url", url]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("memstore: error:"), err
+        assert "Traceback" not in err
+
+
+def test_cli_refuses_undecodable_arguments_and_writes_nothing(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # On POSIX, argv bytes that are not UTF-8 arrive as surrogates (surrogateescape).
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    assert main(["append", "--url", url, "c", "user", "\udcff\udcfe"]) == 2
+    assert "surrogate" in capsys.readouterr().err
+    assert main(["append", "--url", url, "\udcff", "user", "hi"]) == 1
+    assert "conversation id" in capsys.readouterr().err
+    assert main(["conversations", "--url", url]) == 0
+    assert capsys.readouterr().out.strip() == ""
+
+
+async def test_load_state_into_an_empty_id_is_refused(store: Any) -> None:
+    await call(store.append("c", Message.user("x")))
+    state = await call(store.save_state("c"))
+    await call(store.append("c", Message.user("y")))
+    with pytest.raises(InvalidInputError, match="empty"):
+        await call(store.load_state(state, ""))
+    assert len(await call(store.messages("c"))) == 2  # not silently replaced
