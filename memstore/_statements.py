@@ -326,10 +326,15 @@ class CompiledSQL:
             if self.positions is not None:  # straight to the tuple (the write path)
                 defaults = self.defaults
                 out = []
+                done: dict[str, Any] = {}  # a name bound twice (``now``) is processed once
                 for name in self.positions:
                     v = values[name] if name in values else defaults[name]
                     p = procs.get(name)
-                    out.append(v if p is None or v is None else p(v))
+                    if p is not None and v is not None:
+                        if name not in done:
+                            done[name] = p(v)
+                        v = done[name]
+                    out.append(v)
                 return tuple(out)
             values = {k: (p(v) if (p := procs.get(k)) is not None and v is not None else v)
                       for k, v in values.items()}
