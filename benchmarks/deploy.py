@@ -459,6 +459,9 @@ def run_phases(job: dict[str, Any]) -> dict[str, Any]:
                 else:
                     data = phase_cold(db, ctx, prof, seed, env)
                 data["elapsed_s"] = time.perf_counter() - t0
+                # CPU contention inflates longer calls more than short ones (they span
+                # scheduler slices): the report shows the load the phase ran under.
+                data["loadavg_1m"] = os.getloadavg()[0]
             except Exception as exc:  # a phase's failure is a result, not a crash
                 import traceback
 

@@ -125,6 +125,14 @@ def render_deploy(ddoc: dict[str, Any]) -> list[str]:
         if turn and "error" not in turn:
             rows.append(_stat_row(f"agent turn at {turn['history']:,} history", turn.get("turn")))
         lines += [f"### {name}", ""]
+        loads = {p: d["loadavg_1m"] for p, d in ph.items() if "loadavg_1m" in d}
+        if loads:
+            lines += [
+                "1-minute load average at the end of each phase (2 cores; above 2 means "
+                "CPU contention, which inflates longer calls more than short ones): "
+                + ", ".join(f"{p} {v:.1f}" for p, v in loads.items()) + ".",
+                "",
+            ]
         if rows:
             lines += ["| " + " | ".join(header) + " |",
                       "|" + "---|" * len(header)]
