@@ -40,11 +40,11 @@ def _verdict(ok: bool | None) -> str:
 def deploy_targets(ddoc: dict[str, Any]) -> list[dict[str, Any]]:
     """One verdict per target and database, from the run's own numbers."""
     out: list[dict[str, Any]] = []
-    runs = {r["db"]: r for r in ddoc.get("runs", [])}
-    for db, run in runs.items():
+    for run in ddoc.get("runs", []):
+        db = run["db"] + (f" ({run['label']})" if run.get("label") else "")
         phases = run.get("phases", {})
         for goal, phase, key, stat, lim_sqlite, lim_pg in _RATIO_TARGETS:
-            limit = lim_sqlite if db == "sqlite" else lim_pg
+            limit = lim_sqlite if run["db"] == "sqlite" else lim_pg
             value = phases.get(phase, {}).get(key, {}).get(stat)
             out.append({"db": db, "goal": f"{goal} ≤ {limit:g}×", "value": _fmt(value),
                         "ok": None if value is None else value <= limit})
@@ -67,7 +67,7 @@ def deploy_targets(ddoc: dict[str, Any]) -> list[dict[str, Any]]:
                 "ok": read == 0,
             })
         cold = phases.get("cold", {}).get("memstore")
-        if db == "sqlite":
+        if run["db"] == "sqlite":
             out.append({
                 "db": db,
                 "goal": "first window in a fresh process ≤ 2 ms (the `window` call after the "
@@ -113,8 +113,12 @@ def render_deploy(ddoc: dict[str, Any]) -> list[str]:
         ten = ph.get("tenants", {})
         if ten and "error" not in ten:
             n = f"{ten['conversations']:,} × {ten['per_conversation']}"
-            rows.append(_stat_row(f"cold 4k window, random of {n}, default store",
-                                  ten.get("memstore")))
+            c = ten.get("cache") or {}
+            seen = (c.get("hits", 0) + c.get("misses", 0)) or 1
+            share = 100 * c.get("hits", 0) / seen
+            rows.append(_stat_row(
+                f"4k window of a random one of {n}, default store ({share:.0f}% of rows "
+                "from the cache)", ten.get("memstore")))
             rows.append(_stat_row("same, `cache_size=0`", ten.get("memstore-nocache")))
         app = ph.get("append", {})
         if app and "error" not in app:
@@ -124,7 +128,7 @@ def render_deploy(ddoc: dict[str, Any]) -> list[str]:
         turn = ph.get("turn", {})
         if turn and "error" not in turn:
             rows.append(_stat_row(f"agent turn at {turn['history']:,} history", turn.get("turn")))
-        lines += [f"### {name}", ""]
+        lines += [f"### {name}" + (f" ({run['label']})" if run.get("label") else ""), ""]
         loads = {p: d["loadavg_1m"] for p, d in ph.items() if "loadavg_1m" in d}
         if loads:
             lines += [
