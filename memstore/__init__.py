@@ -62,6 +62,7 @@ from memstore.models import (
 from memstore.store import ChatContext, MemoryStore
 from memstore.tokens import (
     ApproxCounter,
+    BaseTokenCounter,
     FixedCounter,
     TiktokenCounter,
     TokenCounter,
@@ -87,6 +88,7 @@ __all__ = [
     "ApproxCounter",
     "AsyncChatContext",
     "AsyncMemoryStore",
+    "BaseTokenCounter",
     "Block",
     "BufferedView",
     "CacheInfo",

@@ -35,7 +35,7 @@ from memstore.models import (
     Message,
     StoredMessage,
 )
-from memstore.tokens import TokenCounter, default_counter
+from memstore.tokens import TokenCounter, default_counter, validate_counter
 from memstore.views import ContextView
 
 T = TypeVar("T")
@@ -120,9 +120,10 @@ def open_engine(
     if not isinstance(cache_size, int) or isinstance(cache_size, bool) or cache_size < 0:
         raise ConfigurationError(f"cache_size must be an int >= 0, got {_short(cache_size)}")
     busy_timeout = check_busy_timeout(busy_timeout)
+    chosen = default_counter() if counter is None else validate_counter(counter, "store counter")
     if counter is not None:
-        check_counter_name(counter)
-    planner = Planner(counter if counter is not None else default_counter(),
+        check_counter_name(chosen)
+    planner = Planner(chosen,
                       RowCache(cache_size) if cache_size else None)
     if engine is None:
         made = make(url if url is not None else default_url(), busy_timeout=busy_timeout,

@@ -78,7 +78,7 @@ from memstore.strategies import (
     TruncateOldest,
     splits_units,
 )
-from memstore.tokens import TokenCounter, default_counter, message_tokens
+from memstore.tokens import TokenCounter, default_counter, message_tokens, validate_counter
 from memstore.views import ContextView, TokenLimitedView
 
 if TYPE_CHECKING:  # pragma: no cover - typing only; the builder never imports a store
@@ -362,6 +362,16 @@ class CompiledContext(BaseModel):
             out.append(item)
         return out
 
+    def to_anthropic(self) -> dict[str, Any]:
+        """Return ``{"system": [...], "messages": [...]}`` for the Anthropic Messages API.
+
+        A block's ``cache_control`` lands on the last content block of its last
+        message. See :func:`memstore.formats.to_anthropic`.
+        """
+        from memstore import formats
+
+        return formats.to_anthropic(self.messages)
+
     def __len__(self) -> int:
         return len(self.messages)
 
@@ -458,10 +468,8 @@ class ContextBuilder:
             )
         if counter is None:
             counter = default_counter()
-        elif not isinstance(counter, TokenCounter):
-            raise ConfigurationError(
-                f"ContextBuilder counter must be a TokenCounter, got {counter!r}"
-            )
+        else:  # name, count_message and count_messages are all a counter must have
+            counter = validate_counter(counter, "ContextBuilder counter")
         priming = counter.count_messages([])
         if priming > max_tokens:
             raise ConfigurationError(

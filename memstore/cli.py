@@ -79,6 +79,16 @@ def _db_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _db_create_partitioned(args: argparse.Namespace) -> int:
+    if args.sql:
+        migrate.create_partitioned(_url(args), args.partitions, sql=True, output=sys.stdout)
+        return 0
+    migrate.create_partitioned(_url(args), args.partitions)
+    print(f"memstore tables created with {args.partitions} hash partitions each; schema at "
+          f"{', '.join(migrate.current(_url(args)))}")
+    return 0
+
+
 # ---- conversations ----------------------------------------------------------------------
 
 
@@ -211,6 +221,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_db_current)
     p = dbsub.add_parser("check", parents=[common], help="exit 1 unless the schema is at head")
     p.set_defaults(func=_db_check)
+    p = dbsub.add_parser("create-partitioned", parents=[common],
+                         help="create the tables hash-partitioned by conversation id "
+                              "(PostgreSQL, empty database)")
+    p.add_argument("--partitions", type=int, default=8, help="hash partitions (default 8)")
+    p.add_argument("--sql", action="store_true", help="print the DDL instead of running it")
+    p.set_defaults(func=_db_create_partitioned)
 
     p = sub.add_parser("conversations", parents=[common], help="list conversations")
     p.add_argument("--limit", type=int, default=100)

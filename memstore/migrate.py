@@ -34,10 +34,12 @@ from memstore.schema import VERSION_TABLE
 
 __all__ = [
     "check",
+    "create_partitioned",
     "current",
     "downgrade",
     "heads",
     "is_current",
+    "partitioned_ddl",
     "script_location",
     "upgrade",
 ]
@@ -205,3 +207,117 @@ def _offline(bind: Bind, revision: str, direction: str, output: TextIO | None) -
         "%", "%%"))
     getattr(command, direction)(cfg, revision, sql=True)
     return buffer.getvalue() if output is None and isinstance(buffer, io.StringIO) else None
+
+
+# ---- the hash-partitioned PostgreSQL layout -------------------------------------------------
+
+#: Partition key of each table: the conversation id, so a conversation's row and all of its
+#: messages land in partitions with the same number (hash of the same value, same modulus).
+PARTITION_KEYS = {"memstore_conversations": "id", "memstore_messages": "conversation_id"}
+
+
+def partitioned_ddl(partitions: int = 8) -> list[str]:
+    """The DDL of memstore's tables hash-partitioned by conversation id (PostgreSQL).
+
+    Built from the same table definitions as the migrations (``memstore.schema``, which
+    a test keeps identical to the head revision): every column, constraint and index,
+    the partial index of anchored messages and the messages-to-conversations foreign
+    key included; each table is ``PARTITION BY HASH`` of its conversation id, with
+    ``partitions`` partitions named ``<table>_p<i>``. Ends by creating memstore's
+    version table and stamping the head revision, so ``memstore db check`` passes and
+    later ``memstore db upgrade`` runs apply to the partitioned tables.
+
+    Args:
+        partitions: the number of hash partitions (1 to 1024).
+
+    Returns:
+        The statements, in order.
+
+    Raises:
+        ConfigurationError: ``partitions`` is not an int in [1, 1024].
+    """
+    from sqlalchemy import MetaData
+    from sqlalchemy.dialects import postgresql
+    from sqlalchemy.schema import CreateIndex, CreateTable
+
+    from memstore import schema
+
+    if not isinstance(partitions, int) or isinstance(partitions, bool) or not (
+        1 <= partitions <= 1024
+    ):
+        raise ConfigurationError(f"partitions must be an int in [1, 1024], got {partitions!r}")
+    dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
+    copy = MetaData(naming_convention=schema.metadata.naming_convention)
+    statements: list[str] = []
+    for source in (schema.conversations, schema.messages):
+        table = source.to_metadata(copy)
+        table.dialect_options["postgresql"]["partition_by"] = (
+            f"HASH ({PARTITION_KEYS[table.name]})"
+        )
+        statements.append(str(CreateTable(table).compile(dialect=dialect)).strip())
+        statements.extend(
+            f"CREATE TABLE {table.name}_p{i} PARTITION OF {table.name} "
+            f"FOR VALUES WITH (MODULUS {partitions}, REMAINDER {i})"
+            for i in range(partitions)
+        )
+        for index in sorted(table.indexes, key=lambda ix: str(ix.name)):
+            statements.append(str(CreateIndex(index).compile(dialect=dialect)).strip())
+    (head,) = heads()
+    statements += [
+        f"CREATE TABLE {VERSION_TABLE} (version_num VARCHAR(32) NOT NULL, "
+        f"CONSTRAINT {VERSION_TABLE}_pkc PRIMARY KEY (version_num))",
+        f"INSERT INTO {VERSION_TABLE} (version_num) VALUES ('{head}')",
+    ]
+    return statements
+
+
+def create_partitioned(
+    bind: Bind, partitions: int = 8, *, sql: bool = False, output: TextIO | None = None
+) -> str | None:
+    """Create memstore's tables hash-partitioned by conversation id, in one transaction.
+
+    PostgreSQL only, on a database without memstore's tables: use it instead of the
+    first ``memstore db upgrade``. Every hot statement names one conversation id, so it
+    touches one partition of each table (see ``docs/deployment.md``); the same layout
+    is what Citus distributes across servers.
+
+    Args:
+        bind: an Engine, a Connection, or a database URL.
+        partitions: the number of hash partitions (default 8).
+        sql: do not touch the database; return the DDL (``;``-terminated) for a DBA.
+        output: where to write the DDL in ``sql`` mode (default: returned as a string).
+
+    Returns:
+        The DDL text in ``sql`` mode, else ``None``.
+
+    Raises:
+        ConfigurationError: not PostgreSQL, an invalid ``partitions``, or memstore's
+            tables already exist.
+    """
+    statements = partitioned_ddl(partitions)
+    if sql:
+        text_ = "BEGIN;\n\n" + "".join(f"{statement};\n\n" for statement in statements)
+        text_ += "COMMIT;\n"
+        if output is not None:
+            output.write(text_)
+            return None
+        return text_
+    with _connection(bind, write=True) as conn:
+        if conn.dialect.name != "postgresql":
+            raise ConfigurationError(
+                f"the partitioned layout is PostgreSQL's; this database is {conn.dialect.name}"
+            )
+        existing = conn.execute(text(
+            "SELECT count(*) FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
+            "ON n.oid = c.relnamespace WHERE n.nspname = current_schema() "
+            "AND c.relname IN ('memstore_conversations', 'memstore_messages', :version)"
+        ), {"version": VERSION_TABLE}).scalar_one()
+        if existing:
+            raise ConfigurationError(
+                "memstore's tables already exist in this database; the partitioned layout "
+                "is created on a database without them (move conversations into it with "
+                "save_state / load_state, or `memstore state save` / `memstore state load`)"
+            )
+        for statement in statements:
+            conn.execute(text(statement))
+    return None

@@ -427,6 +427,17 @@ class Message(BaseModel):
             out["tool_call_id"] = self.tool_call_id
         return out
 
+    @classmethod
+    def from_anthropic(cls, data: Mapping[str, Any], **extra: Any) -> list[Message]:
+        """Read one Anthropic message param as a list of messages.
+
+        One Anthropic user turn can hold several tool results: each becomes its own
+        ``tool`` message. See :func:`memstore.formats.from_anthropic`.
+        """
+        from memstore import formats
+
+        return formats.from_anthropic(data, **extra)
+
 
 def _is_empty(value: Any) -> bool:
     return value is None or (isinstance(value, (str, list, tuple)) and len(value) == 0)
@@ -608,6 +619,24 @@ class ContextWindow(BaseModel):
     def to_openai(self) -> list[dict[str, Any]]:
         """Return the messages as OpenAI Chat Completions message dicts."""
         return [m.to_openai() for m in self.messages]
+
+    def to_anthropic(self) -> dict[str, Any]:
+        """Return ``{"system": [...], "messages": [...]}`` for the Anthropic Messages API.
+
+        See :func:`memstore.formats.to_anthropic` for the mapping.
+        """
+        from memstore import formats
+
+        return formats.to_anthropic(self.messages)
+
+    def to_responses(self) -> list[dict[str, Any]]:
+        """Return the messages as OpenAI Responses API input items.
+
+        See :func:`memstore.formats.to_responses` for the mapping.
+        """
+        from memstore import formats
+
+        return formats.to_responses(self.messages)
 
     @property
     def seqs(self) -> list[int]:

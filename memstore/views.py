@@ -24,10 +24,15 @@ Rules shared by every view (DESIGN §5):
   tool schemas) exceed ``token_limit`` the view raises
   :class:`~memstore.errors.ContextBudgetError` with ``required`` and ``budget``.
 * **Budget.** A budgeted window satisfies
-  ``sum(message_tokens) + counter.priming + reserve + counter.count_tools(tools)
-  <= token_limit``. Per-message counts come from the stored count when it was
-  produced by the same counter (:func:`~memstore.tokens.message_tokens`); the
-  history is never recounted as a whole.
+  ``sum(message_tokens) + priming + reserve + tool schema tokens <= token_limit``,
+  i.e. ``counter.count_messages(window) + reserve + tools <= token_limit``; the
+  priming is the counter's ``priming`` or ``count_messages([])``
+  (:func:`~memstore.tokens.counter_priming`), the schemas are counted by the
+  counter's ``count_tools`` (:func:`~memstore.tokens.count_tool_schemas`: a counter
+  without it cannot serve a view given ``tools=``). Per-message counts come from
+  the stored count when it was produced by the same counter
+  (:func:`~memstore.tokens.message_tokens`); the history is never recounted as a
+  whole.
 * **Output** is chronological by seq and deterministic (ties break on seq, newer
   first). An empty conversation, or one holding only incomplete units, gives an
   empty window (``token_count`` 0) and never a ``ContextBudgetError``, whatever the
@@ -45,7 +50,7 @@ import json
 import math
 import re
 import string
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, ClassVar, Literal, cast
@@ -64,7 +69,13 @@ from memstore.models import (
     WindowReport,
     build_trusted,
 )
-from memstore.tokens import TokenCounter, counter_from_name
+from memstore.tokens import (
+    TokenCounter,
+    count_tool_schemas,
+    counter_from_name,
+    counter_priming,
+    validate_counter,
+)
 from memstore.units import (
     DEFAULT_FIRST_PAGE,
     DEFAULT_MAX_PAGE,
@@ -222,9 +233,17 @@ def _normalize_tools(view: str, tools: object) -> tuple[dict[str, Any], ...] | N
     return tuple(copied) if copied else None
 
 
-def _check_counter(view: str, counter: object) -> None:
-    if counter is not None and not isinstance(counter, TokenCounter):
-        raise ConfigurationError(f"{view} counter must be a TokenCounter, got {_short(counter)}")
+def _check_counter(view: str, counter: object, tools: object = None) -> None:
+    if counter is None:
+        return
+    validate_counter(counter, f"{view} counter")
+    if tools and not callable(getattr(counter, "count_tools", None)):
+        raise ConfigurationError(
+            f"{view} counter {cast(TokenCounter, counter).name!r} has no count_tools method, "
+            "so it cannot count the schemas given as tools=; implement count_tools(tools) -> "
+            "int (or subclass memstore.BaseTokenCounter and implement count_text), or leave "
+            "tools= unset and add their tokens to reserve="
+        )
 
 
 # ---- the ledger: what a window kept, what it left out and why ------------------------------
@@ -326,7 +345,7 @@ class _Ledger:
             messages.insert(index, placeholder)
             tokens += counter.count_message(placeholder)
         if messages:
-            tokens += counter.priming
+            tokens += counter_priming(counter)
         # Every value below is computed here from validated models: build the result
         # without re-validating it (this runs once per window read).
         report = build_trusted(WindowReport, {
@@ -403,8 +422,12 @@ class ContextView(abc.ABC):
         """
 
     def apply(self, messages: Sequence[StoredMessage], counter: TokenCounter) -> ContextWindow:
-        """Build the window over a list of one conversation's stored messages."""
-        return self.select(ListHistory(messages), counter)
+        """Build the window over a list of one conversation's stored messages.
+
+        Raises:
+            ConfigurationError: ``counter`` does not implement the TokenCounter protocol.
+        """
+        return self.select(ListHistory(messages), validate_counter(counter))
 
     def resolve_counter(self, default: TokenCounter) -> TokenCounter:
         """The counter this view uses: its own ``counter`` if it names one, else ``default``."""
@@ -512,19 +535,23 @@ class HeadAndTailView(ContextView):
     Rule: the head is the oldest units holding at most ``head_size`` messages (walk
     forward, stop at the first unit that would cross), the tail the newest units
     holding at most ``tail_size`` (walk back, the newest unit is kept whatever its
-    size, stop at the first unit that would cross). Anchored messages are kept in
-    place and not counted. When the two walks do not meet, the window holds one
-    plain :class:`~memstore.models.Message` (not stored, no seq) right after the
-    head (after the last kept message before the first unit the head walk
-    refused): role ``placeholder_role``, text ``placeholder_template`` formatted
-    with ``n`` = N and ``messages`` = ``"message"``/``"messages"`` (default
-    ``"Skipped N messages."`` / ``"Skipped 1 message."``), metadata
-    ``{"memstore": {"placeholder": True, "skipped": N}}``. Anchored messages of the
-    gap follow the placeholder. N is exactly the number of stored messages between
-    the last head message and the first tail unit that are not in the window
-    (incomplete units there included; they are reported as ``"incomplete_unit"``,
-    the rest as ``"head_tail_gap"``). The report's ``skipped`` is N. Only the head
-    and the tail are read, never the middle.
+    size, stop at the first unit that would cross; it goes no further back than
+    the unit the head walk refused). Anchored messages are kept in place and not
+    counted. N is the number of stored messages between the last head unit and
+    the first tail unit that the window does not hold: units neither walk took and
+    incomplete units alike. Whenever N > 0 — also when the walks meet but an
+    incomplete unit (say, a tool call whose results are not stored) lies between
+    them — the window holds one plain :class:`~memstore.models.Message` (not
+    stored, no seq) right after the head, before the first left-out message (so
+    anchored messages of the gap that precede it stay before the placeholder, the
+    others follow it): role ``placeholder_role``, text ``placeholder_template``
+    formatted with ``n`` = N and ``messages`` = ``"message"``/``"messages"``
+    (default ``"Skipped N messages."`` / ``"Skipped 1 message."``), metadata
+    ``{"memstore": {"placeholder": True, "skipped": N}}``. The report's ``skipped``
+    is N; incomplete units a walk read are reported as ``"incomplete_unit"``, the
+    rest of the gap as ``"head_tail_gap"``. When the head takes every unit there
+    is no tail and no placeholder (incomplete units are still left out and
+    reported). Only the head and the tail are read, never the middle.
 
     Reference: autogen ``HeadAndTailChatCompletionContext``.
 
@@ -587,6 +614,7 @@ class HeadAndTailView(ContextView):
         ledger.anchor()
         # Head: oldest-first until the first unit that would cross head_size.
         count = 0
+        head_end = source.first_seq - 1  # last seq of the last head unit
         refused: Unit | None = None
         forward = ForwardReader(source, first_page=_first_page(self.head_size))
         for unit in ledger.candidates(ForwardUnits(forward)):
@@ -595,31 +623,36 @@ class HeadAndTailView(ContextView):
                 break
             ledger.keep(unit)
             count += unit.size
+            head_end = unit.last_seq
         if refused is None:
             return ledger.build()
         # Tail: newest-first down to the refused unit at most.
         tail: list[Unit] = []
         count = 0
-        crossed = False
         reader = ReverseReader(
             source, floor=refused.first_seq, first_page=_first_page(self.tail_size)
         )
         for unit in ledger.candidates(BackwardUnits(reader)):
             if tail and count + unit.size > self.tail_size:
-                crossed = True
                 break
             ledger.keep(unit)
             tail.append(unit)
             count += unit.size
-        if not crossed:
-            return ledger.build()
+        # The gap: every stored seq between the head and the tail. What the window does
+        # not hold there (units neither walk took, incomplete units) is N; anchored
+        # messages there are kept. The placeholder goes before the first left-out one.
         tail_first = tail[-1].first_seq
-        head_last = max((s for s in ledger.kept if s < refused.first_seq),
-                        default=source.first_seq - 1)
-        kept_between = sum(1 for s in ledger.kept if head_last < s < tail_first)
-        skipped = tail_first - head_last - 1 - kept_between
+        gap_kept = sorted(s for s in ledger.kept if head_end < s < tail_first)
+        skipped = tail_first - head_end - 1 - len(gap_kept)
+        if skipped == 0:
+            return ledger.build()
+        after = head_end
+        for seq in gap_kept:
+            if seq != after + 1:
+                break
+            after = seq
         return ledger.build(
-            placeholder=self.placeholder(skipped), placeholder_after=head_last, skipped=skipped
+            placeholder=self.placeholder(skipped), placeholder_after=after, skipped=skipped
         )
 
 
@@ -628,13 +661,16 @@ def _budget_check(
     counter: TokenCounter,
     token_limit: int,
     reserve: int,
-    tools: Sequence[Mapping[str, Any]] | None,
+    tools_tokens: int,
     anchored_tokens: int,
     newest_tokens: int,
 ) -> int:
-    """Return the budget left after the required part, or raise ContextBudgetError."""
-    tools_tokens = counter.count_tools(tools) if tools else 0
-    priming = counter.priming
+    """Return the budget left after the required part, or raise ContextBudgetError.
+
+    ``tools_tokens`` is :func:`~memstore.tokens.count_tool_schemas` of the view's
+    tools, computed once per window.
+    """
+    priming = counter_priming(counter)
     required = anchored_tokens + newest_tokens + priming + reserve + tools_tokens
     if required > token_limit:
         raise ContextBudgetError(
@@ -698,12 +734,14 @@ class TokenLimitedView(ContextView):
     def __post_init__(self) -> None:
         _check_budget_params("TokenLimitedView", self.token_limit, self.reserve)
         _check_bool("TokenLimitedView", "start_on_user", self.start_on_user)
-        _check_counter("TokenLimitedView", self.counter)
         object.__setattr__(self, "tools", _normalize_tools("TokenLimitedView", self.tools))
+        _check_counter("TokenLimitedView", self.counter, self.tools)
 
     def select(self, source: HistorySource, counter: TokenCounter) -> ContextWindow:
         """Keep anchored messages and the newest units that fit."""
         ledger = _Ledger(self, source, counter, "budget")
+        # Counted first, so a counter that cannot count tools fails on every window.
+        tools_tokens = count_tool_schemas(counter, self.tools)
         if source.message_count == 0:
             return ledger.build(budget=self.token_limit)
         anchors = ledger.anchor()
@@ -721,7 +759,7 @@ class TokenLimitedView(ContextView):
                 tokens = unit.tokens(counter)
             if not kept:
                 remaining = _budget_check(self, counter, self.token_limit, self.reserve,
-                                          self.tools, anchored_tokens, tokens)
+                                          tools_tokens, anchored_tokens, tokens)
             elif tokens > remaining:
                 ledger.omit(unit, "budget")
                 break
@@ -730,7 +768,7 @@ class TokenLimitedView(ContextView):
             ledger.keep(unit)
             kept.append(unit)
         if not kept and anchors.units:
-            _budget_check(self, counter, self.token_limit, self.reserve, self.tools,
+            _budget_check(self, counter, self.token_limit, self.reserve, tools_tokens,
                           anchored_tokens, 0)
         if self.start_on_user:
             while len(kept) > 1 and not kept[-1].starts_with_user:
@@ -869,12 +907,14 @@ class ScoreBasedView(ContextView):
                 raise ConfigurationError(f"{name} half_life must be > 0, got {half_life}")
         if self.fill_scan is not None:
             _check_int(name, "fill_scan", self.fill_scan, 0)
-        _check_counter(name, self.counter)
         object.__setattr__(self, "tools", _normalize_tools(name, self.tools))
+        _check_counter(name, self.counter, self.tools)
 
     def select(self, source: HistorySource, counter: TokenCounter) -> ContextWindow:
         """Keep anchored messages, the newest unit, then the best-scored units that fit."""
         ledger = _Ledger(self, source, counter, "score")
+        # Counted first, so a counter that cannot count tools fails on every window.
+        tools_tokens = count_tool_schemas(counter, self.tools)
         if source.message_count == 0:
             return ledger.build(budget=self.token_limit)
         anchors = ledger.anchor()
@@ -893,10 +933,10 @@ class ScoreBasedView(ContextView):
         newest = next(candidates, None)
         if newest is None:
             if anchors.units:
-                _budget_check(self, counter, self.token_limit, self.reserve, self.tools,
+                _budget_check(self, counter, self.token_limit, self.reserve, tools_tokens,
                               anchored_tokens, 0)
             return ledger.build(budget=self.token_limit)
-        remaining = _budget_check(self, counter, self.token_limit, self.reserve, self.tools,
+        remaining = _budget_check(self, counter, self.token_limit, self.reserve, tools_tokens,
                                   anchored_tokens, newest.tokens(counter))
         ledger.keep(newest)
 
@@ -940,9 +980,13 @@ class ScoreBasedView(ContextView):
 class RecentTurnsView(ContextView):
     """Everything from the ``max_turns``-th newest user message on, plus anchored messages.
 
-    Rule: walk units back from the newest, counting non-anchored user messages;
-    the window starts at the ``max_turns``-th one (or at the start of history when
-    there are fewer). Anchored messages before it are kept in place. With
+    Rule: walk units back from the newest, counting non-anchored user messages.
+    When the history holds more than ``max_turns`` of them, the window starts at
+    the ``max_turns``-th newest; otherwise nothing is trimmed, and messages before
+    the first user turn (say an assistant greeting after a pinned user message)
+    stay. To tell the two apart the walk reads back to the next older user message
+    (or the start of history), no further. Anchored messages before the window's
+    start are kept in place. With
     ``remove_tool_messages``, complete tool units (a call and its results) are
     dropped from the window, except the newest unit; final assistant answers stay.
     Omitted reasons: ``"max_turns"``, ``"tool_messages_removed"``.
@@ -957,6 +1001,8 @@ class RecentTurnsView(ContextView):
     incomplete one. agentflow trims destructively (the state is checkpointed);
     memstore only reads. agentflow accepts ``max_messages <= 0`` (system messages
     only); memstore requires ``max_turns >= 1`` and always keeps the newest unit.
+    Like agentflow, memstore trims nothing while the history holds no more user
+    turns than ``max_turns`` (a leading assistant greeting stays).
 
     Args:
         max_turns: user messages the window starts from (>= 1).
@@ -980,15 +1026,23 @@ class RecentTurnsView(ContextView):
             return ledger.build()
         ledger.anchor()
         kept: list[Unit] = []
+        before_first_turn: list[Unit] = []  # units older than the max_turns-th user turn
         turns = 0
         reader = ReverseReader(source, first_page=_first_page(4 * self.max_turns))
         for unit in ledger.candidates(BackwardUnits(reader)):
+            if turns == self.max_turns:
+                if unit.starts_with_user:  # more turns than max_turns: trim
+                    break
+                before_first_turn.append(unit)
+                continue
             ledger.keep(unit)
             kept.append(unit)
             if unit.starts_with_user:
                 turns += 1
-                if turns == self.max_turns:
-                    break
+        else:  # no more turns than max_turns: nothing is trimmed
+            for unit in before_first_turn:
+                ledger.keep(unit)
+                kept.append(unit)
         if self.remove_tool_messages:
             for unit in kept[1:]:
                 if unit.is_tool_unit:
@@ -1011,14 +1065,23 @@ _VIEW_CLASSES: dict[str, type[ContextView]] = {
 }
 
 
-def view_from_config(config: Mapping[str, Any]) -> ContextView:
+def view_from_config(
+    config: Mapping[str, Any], *, counters: Iterable[TokenCounter] = ()
+) -> ContextView:
     """Rebuild a view from :meth:`ContextView.to_config` output.
 
-    Counters are rebuilt from their name with ``memstore.tokens.counter_from_name``.
+    A counter is saved by its name. It is rebuilt as the counter of ``counters``
+    with that name when there is one (how a custom counter comes back), else with
+    ``memstore.tokens.counter_from_name``.
+
+    Args:
+        config: the view's configuration.
+        counters: counters to resolve saved counter names with, e.g. your own.
 
     Raises:
         ConfigurationError: (a ``ValueError``) unknown type, unknown parameter, invalid
-            value, or a counter name that cannot be rebuilt.
+            value, or a counter name that cannot be rebuilt (a custom counter's name
+            not given in ``counters``).
     """
     if not isinstance(config, Mapping):
         raise ConfigurationError(f"a view config must be a mapping, not {type(config).__name__}")
@@ -1036,7 +1099,20 @@ def view_from_config(config: Mapping[str, Any]) -> ContextView:
         raise ConfigurationError(f"{kind} has no parameter(s) {', '.join(unknown)}")
     counter = params.get("counter")
     if counter is not None:
-        params["counter"] = _counter_from_config(cls.__name__, counter)
+        known = {validate_counter(c, "view_from_config counters item").name: c
+                 for c in counters}
+        if isinstance(counter, str) and counter in known:
+            params["counter"] = known[counter]
+        else:
+            try:
+                params["counter"] = _counter_from_config(cls.__name__, counter)
+            except ConfigurationError as exc:
+                if not isinstance(counter, str):
+                    raise
+                raise ConfigurationError(
+                    f"{exc}; a custom counter comes back with "
+                    "view_from_config(config, counters=[...])"
+                ) from exc
     try:
         return cls(**params)
     except TypeError as exc:

@@ -56,3 +56,22 @@ def test_sql_is_executed_only_in_the_database_layer() -> None:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
                 assert node.func.attr not in executing, f"{path.name}:{node.lineno}"
+
+
+FRAMEWORKS = ("langchain", "langchain_core", "autogen_core", "autogen_agentchat", "autogen_ext",
+              "camel", "agents", "openai", "anthropic", "llama_index")
+
+
+def test_import_memstore_imports_no_framework() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, memstore, memstore.integrations, memstore.formats\n"
+        f"frameworks = {FRAMEWORKS!r}\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in frameworks\n"
+        "             or m.startswith('memstore.integrations.')))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.strip() == "[]", result.stdout

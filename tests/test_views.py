@@ -320,6 +320,28 @@ def test_head_and_tail_without_a_gap_has_no_placeholder() -> None:
     assert w.report.placeholder is None
 
 
+def test_head_and_tail_placeholder_when_only_an_incomplete_unit_lies_between() -> None:
+    # The tail walk reaches the unit the head refused, but the unanswered call between the
+    # head and the tail is not in the window: the placeholder says so.
+    msgs = [U("u1"), CALL("lost"), U("u2"), A("a2")]
+    w = HeadAndTailView(1, 3).apply(stored(msgs), C)
+    assert labels(w) == ["u1", "<Skipped 1 message.>", "u2", "a2"]
+    assert w.report.skipped == 1 and w.report.placeholder == "Skipped 1 message."
+    assert [(o.first_seq, o.reason) for o in w.report.omitted] == [(2, "incomplete_unit")]
+
+
+def test_head_and_tail_counts_an_incomplete_unit_before_an_anchored_gap_message() -> None:
+    msgs = [U("u1"), CALL("lost"), S("mid"), U("u2"), A("a2"), U("u3")]
+    w = HeadAndTailView(1, 1).apply(stored(msgs), C)
+    assert labels(w) == ["u1", "<Skipped 3 messages.>", "mid", "u3"]
+    assert w.report.skipped == 3  # the call, u2 and a2
+
+
+def test_head_and_tail_incomplete_units_inside_the_head_need_no_placeholder() -> None:
+    w = HeadAndTailView(3, 1).apply(stored([U("u1"), CALL("lost"), A("a1"), U("u2")]), C)
+    assert labels(w) == ["u1", "a1", "u2"] and w.report.skipped == 0
+
+
 # ---- TokenLimitedView ------------------------------------------------------------------------
 
 def test_token_limited_langchain_vectors_without_orphans() -> None:
@@ -542,6 +564,17 @@ def test_recent_turns_agentflow_twelve_turns_max_ten() -> None:
 
 def test_recent_turns_fewer_turns_than_the_limit_keeps_everything() -> None:
     assert run(RecentTurnsView(5), TEN) == labels(UnboundedView().apply(stored(TEN), C))
+
+
+def test_recent_turns_with_exactly_max_turns_trims_nothing() -> None:
+    # agentflow: users <= max_messages -> the context is left as it is.
+    msgs = [U("hello", pinned=True), A("greeting"), U("u1"), A("a1"), U("u2"), A("a2")]
+    assert run(RecentTurnsView(2), msgs) == ["hello", "greeting", "u1", "a1", "u2", "a2"]
+    assert omitted(RecentTurnsView(2), msgs) == []
+    assert run(RecentTurnsView(2), msgs[1:]) == ["greeting", "u1", "a1", "u2", "a2"]
+    # One turn more than max_turns: the window starts at the max_turns-th newest user turn.
+    assert run(RecentTurnsView(1), msgs) == ["hello", "u2", "a2"]
+    assert omitted(RecentTurnsView(1), msgs) == [(2, 4, 3, "max_turns")]
 
 
 def test_recent_turns_keeps_system_messages_in_place_where_agentflow_hoists() -> None:

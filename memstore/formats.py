@@ -1,0 +1,434 @@
+"""Provider request formats: a window as Anthropic Messages or OpenAI Responses input.
+
+memstore stores messages in OpenAI's chat format (:meth:`Message.to_openai`,
+:meth:`ContextWindow.to_openai`). This module renders the same messages for the
+other two request shapes agents use, and reads Anthropic messages back:
+
+* :func:`to_anthropic` (``ContextWindow.to_anthropic()``): ``{"system": [...],
+  "messages": [...]}`` for the Anthropic Messages API. System and developer
+  messages are lifted, in order, into ``system`` as text blocks (``system`` is left
+  out when there are none). Tool calls become ``tool_use`` blocks, tool results
+  ``tool_result`` blocks in a user turn, and consecutive turns of the same role are
+  merged into one (Anthropic requires alternating turns). Images become image
+  blocks: a ``data:`` URI a ``base64`` source, any other URL a ``url`` source.
+  Empty text is left out (Anthropic rejects empty text blocks), and a message left
+  with no block at all is skipped. ``name`` has no Anthropic field and is dropped.
+* :func:`from_anthropic` (``Message.from_anthropic()``): one Anthropic message
+  param → a list of memstore messages. A user turn may hold several
+  ``tool_result`` blocks: each becomes its own ``tool`` message (memstore keeps one
+  result per message), and the text and image blocks around them become user
+  messages, in their order.
+* :func:`to_responses` (``ContextWindow.to_responses()``): OpenAI Responses API
+  input items: ``message`` items for text and images, one ``function_call`` item
+  per tool call and one ``function_call_output`` item per tool result.
+
+Rendering hints live in a message's metadata under ``metadata["memstore"]``
+(:data:`HINTS_KEY`), the one place memstore itself reads metadata from; set them
+with :func:`with_hints`:
+
+* ``cache_control``: an Anthropic cache-control object (``{"type": "ephemeral"}``,
+  optionally with ``"ttl"``) marking a prompt-cache breakpoint. :func:`to_anthropic`
+  puts it on the message's last content block; the ``ContextBuilder`` stamps it on
+  a block's last message. OpenAI caches prompt prefixes by itself, so
+  ``ContextWindow.to_openai()`` and :func:`to_responses` leave it out.
+* ``is_error``: ``True`` on a tool result that reports a failure;
+  :func:`to_anthropic` sets the ``tool_result`` block's ``is_error``.
+
+:func:`from_anthropic` sets both from the blocks it reads.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from memstore.errors import InvalidInputError
+from memstore.models import ImagePart, ImageURL, Message, TextPart, ToolCall
+
+__all__ = [
+    "ANTHROPIC_IMAGE_TYPES",
+    "HINTS_KEY",
+    "cache_control_of",
+    "from_anthropic",
+    "is_error_of",
+    "to_anthropic",
+    "to_responses",
+    "with_cache_control",
+    "with_hints",
+]
+
+#: The metadata key holding memstore's rendering hints (``cache_control``, ``is_error``).
+HINTS_KEY = "memstore"
+
+#: Image media types the Anthropic Messages API accepts in a base64 source.
+ANTHROPIC_IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+
+_DATA_URI = re.compile(r"^data:(?P<type>[\w.+-]+/[\w.+-]+)(?:;[^,;]*)*;base64,(?P<data>.*)$", re.S)
+
+
+def _hints(metadata: Mapping[str, Any]) -> Mapping[str, Any]:
+    value = metadata.get(HINTS_KEY)
+    return value if isinstance(value, Mapping) else {}
+
+
+def with_hints(metadata: Mapping[str, Any] | None = None, *,
+               cache_control: Mapping[str, Any] | None = None,
+               is_error: bool | None = None) -> dict[str, Any]:
+    """A copy of ``metadata`` with rendering hints set under ``metadata["memstore"]``.
+
+    Args:
+        metadata: the message metadata to extend (not modified).
+        cache_control: a prompt-cache breakpoint, e.g. ``{"type": "ephemeral"}``.
+        is_error: whether a tool result reports a failure.
+
+    Returns:
+        The new metadata dict; hints given as ``None`` are left as they were.
+    """
+    out = dict(metadata or {})
+    hints = dict(_hints(out))
+    if cache_control is not None:
+        hints["cache_control"] = dict(cache_control)
+    if is_error is not None:
+        hints["is_error"] = is_error
+    if hints:
+        out[HINTS_KEY] = hints
+    return out
+
+
+def cache_control_of(message: Message) -> dict[str, Any] | None:
+    """The cache-control object stamped on ``message``, or ``None``.
+
+    Raises:
+        InvalidInputError: ``metadata["memstore"]["cache_control"]`` is not an object.
+    """
+    value = _hints(message.metadata).get("cache_control")
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise InvalidInputError(
+            f'metadata["{HINTS_KEY}"]["cache_control"] must be an object such as '
+            f'{{"type": "ephemeral"}}, not {type(value).__name__}'
+        )
+    return dict(value)
+
+
+def is_error_of(message: Message) -> bool | None:
+    """The ``is_error`` hint of a tool result (``None`` when unset)."""
+    value = _hints(message.metadata).get("is_error")
+    return value if isinstance(value, bool) else None
+
+
+def with_cache_control(message: Message, cache_control: Mapping[str, Any] | None = None) -> Message:
+    """A copy of ``message`` marked as a prompt-cache breakpoint.
+
+    Args:
+        message: the message to copy (a stored message stays a stored message).
+        cache_control: the cache-control object; default ``{"type": "ephemeral"}``.
+    """
+    value = dict(cache_control) if cache_control is not None else {"type": "ephemeral"}
+    return message.model_copy(
+        update={"metadata": with_hints(message.metadata, cache_control=value)})
+
+
+# ---- Anthropic ----------------------------------------------------------------------------
+
+
+def _where(message: Message) -> str:
+    seq = getattr(message, "seq", None)
+    return f"message seq {seq}" if seq is not None else f"a {message.role} message"
+
+
+def _anthropic_image(part: ImagePart, message: Message) -> dict[str, Any]:
+    url = part.image_url.url
+    if url.startswith("data:"):
+        match = _DATA_URI.match(url)
+        if match is None:
+            raise InvalidInputError(
+                f"{_where(message)}: image data URI is not base64 (data:<type>;base64,...)"
+            )
+        media_type = match.group("type").lower()
+        if media_type not in ANTHROPIC_IMAGE_TYPES:
+            raise InvalidInputError(
+                f"{_where(message)}: image type {media_type!r} is not accepted by Anthropic "
+                f"(accepted: {', '.join(sorted(ANTHROPIC_IMAGE_TYPES))})"
+            )
+        source: dict[str, Any] = {"type": "base64", "media_type": media_type,
+                                  "data": match.group("data")}
+    else:
+        source = {"type": "url", "url": url}
+    return {"type": "image", "source": source}
+
+
+def _anthropic_content(message: Message) -> list[dict[str, Any]]:
+    content = message.content
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    blocks: list[dict[str, Any]] = []
+    for part in content:
+        if isinstance(part, TextPart):
+            if part.text:
+                blocks.append({"type": "text", "text": part.text})
+        else:
+            blocks.append(_anthropic_image(part, message))
+    return blocks
+
+
+def _tool_input(call: ToolCall, message: Message) -> dict[str, Any]:
+    try:
+        value = json.loads(call.arguments) if call.arguments.strip() else {}
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise InvalidInputError(
+            f"{_where(message)}: the arguments of tool call {call.id!r} are not a JSON "
+            "object, which Anthropic's tool_use input must be"
+        )
+    return value
+
+
+def _message_blocks(message: Message) -> list[dict[str, Any]]:
+    if message.role == "tool":
+        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.tool_call_id}
+        inner = _anthropic_content(message)
+        if isinstance(message.content, str):
+            if message.content:
+                block["content"] = message.content
+        elif inner:
+            block["content"] = inner
+        if is_error_of(message) is True:
+            block["is_error"] = True
+        return [block]
+    blocks = _anthropic_content(message)
+    for call in message.tool_calls or ():
+        blocks.append({"type": "tool_use", "id": call.id, "name": call.name,
+                       "input": _tool_input(call, message)})
+    return blocks
+
+
+def to_anthropic(messages: Iterable[Message]) -> dict[str, Any]:
+    """Render messages as an Anthropic Messages API request body (``system`` + ``messages``).
+
+    Args:
+        messages: chronological messages, e.g. a window's ``messages``.
+
+    Returns:
+        ``{"system": [text blocks], "messages": [message params]}``; ``system`` is
+        omitted when there is no system or developer message. Pass it as
+        ``client.messages.create(model=..., max_tokens=..., **result)``.
+
+    Raises:
+        InvalidInputError: a tool call's arguments are not a JSON object, or an
+            image is a ``data:`` URI of a type Anthropic does not accept.
+    """
+    system: list[dict[str, Any]] = []
+    turns: list[dict[str, Any]] = []
+    for message in messages:
+        cache = cache_control_of(message)
+        if message.role in ("system", "developer"):
+            text = message.text
+            if text:
+                block: dict[str, Any] = {"type": "text", "text": text}
+                if cache is not None:
+                    block["cache_control"] = cache
+                system.append(block)
+            continue
+        blocks = _message_blocks(message)
+        if not blocks:
+            continue
+        if cache is not None:
+            blocks[-1] = {**blocks[-1], "cache_control": cache}
+        role = "assistant" if message.role == "assistant" else "user"
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": role, "content": blocks})
+    for turn in turns:
+        # Anthropic wants a user turn's tool results before any other block.
+        if turn["role"] == "user":
+            content = turn["content"]
+            results = [b for b in content if b["type"] == "tool_result"]
+            if results and len(results) != len(content):
+                turn["content"] = results + [b for b in content if b["type"] != "tool_result"]
+    out: dict[str, Any] = {}
+    if system:
+        out["system"] = system
+    out["messages"] = turns
+    return out
+
+
+def _text_of_blocks(blocks: Sequence[Any], where: str) -> str | list[TextPart]:
+    parts: list[TextPart] = []
+    for block in blocks:
+        kind = block.get("type") if isinstance(block, Mapping) else None
+        if kind != "text":
+            raise InvalidInputError(f"{where}: only text blocks are supported here, not {kind!r}")
+        parts.append(TextPart(text=block["text"]))
+    return parts
+
+
+def _image_from_anthropic(block: Mapping[str, Any], where: str) -> ImagePart:
+    source = block.get("source")
+    if not isinstance(source, Mapping):
+        raise InvalidInputError(f"{where}: an image block needs a source object")
+    if source.get("type") == "base64":
+        url = f"data:{source.get('media_type')};base64,{source.get('data')}"
+    elif source.get("type") == "url":
+        url = str(source.get("url"))
+    else:
+        raise InvalidInputError(
+            f"{where}: image source type {source.get('type')!r} is not supported "
+            "(supported: base64, url)"
+        )
+    return ImagePart(image_url=ImageURL(url=url))
+
+
+def _meta(base: dict[str, Any], cache: Any) -> dict[str, Any]:
+    return with_hints(base, cache_control=cache) if isinstance(cache, Mapping) else base
+
+
+def from_anthropic(data: Mapping[str, Any], **extra: Any) -> list[Message]:
+    """Read one Anthropic message param (``{"role": ..., "content": ...}``) as memstore messages.
+
+    A user turn becomes one ``tool`` message per ``tool_result`` block and one user
+    message per run of text and image blocks, in block order. An assistant turn
+    becomes one assistant message: text blocks as its content, ``tool_use`` blocks
+    as its tool calls (``input`` serialised as the JSON ``arguments``). A block's
+    ``cache_control`` and a tool result's ``is_error`` become hints in the
+    metadata of the message made from the block (:func:`with_hints`).
+
+    Args:
+        data: the message param.
+        **extra: memstore fields (``score``, ``pinned``, ``metadata``...) for every
+            message made.
+
+    Raises:
+        InvalidInputError: an unknown role, or a block type memstore cannot store
+            (thinking, documents, server tools...).
+        pydantic.ValidationError: a block's values are not a valid message.
+    """
+    if not isinstance(data, Mapping):
+        raise InvalidInputError(f"from_anthropic expects a mapping, not {type(data).__name__}")
+    role = data.get("role")
+    content = data.get("content")
+    where = f"Anthropic {role} message"
+    if role not in ("user", "assistant"):
+        raise InvalidInputError(
+            f"Anthropic message role must be 'user' or 'assistant', not {role!r}"
+        )
+    metadata = dict(extra.pop("metadata", None) or {})
+    if isinstance(content, str):
+        return [Message(role=role, content=content, metadata=metadata, **extra)]
+    if not isinstance(content, Sequence) or isinstance(content, (bytes, bytearray)):
+        raise InvalidInputError(f"{where}: content must be a string or a list of blocks")
+    if role == "assistant":
+        texts: list[TextPart] = []
+        calls: list[ToolCall] = []
+        cache: Any = None
+        for block in content:
+            kind = block.get("type") if isinstance(block, Mapping) else None
+            if kind == "text":
+                texts.append(TextPart(text=block["text"]))
+            elif kind == "tool_use":
+                calls.append(ToolCall(id=block["id"], name=block["name"],
+                                      arguments=json.dumps(block.get("input", {}))))
+            else:
+                raise InvalidInputError(
+                    f"{where}: block type {kind!r} is not supported (supported: text, tool_use)"
+                )
+            cache = block.get("cache_control") or cache
+        text: str | list[TextPart] | None
+        text = texts[0].text if len(texts) == 1 else (texts or None)
+        return [Message(role="assistant", content=text, tool_calls=calls or None,
+                        metadata=_meta(metadata, cache), **extra)]
+    out: list[Message] = []
+    run: list[TextPart | ImagePart] = []
+    run_cache: Any = None
+
+    def flush() -> None:
+        nonlocal run, run_cache
+        if run:
+            body: str | list[TextPart | ImagePart]
+            body = run[0].text if len(run) == 1 and isinstance(run[0], TextPart) else run
+            out.append(Message(role="user", content=body,
+                               metadata=_meta(metadata, run_cache), **extra))
+        run, run_cache = [], None
+
+    for block in content:
+        kind = block.get("type") if isinstance(block, Mapping) else None
+        if kind == "text":
+            run.append(TextPart(text=block["text"]))
+            run_cache = block.get("cache_control") or run_cache
+        elif kind == "image":
+            run.append(_image_from_anthropic(block, where))
+            run_cache = block.get("cache_control") or run_cache
+        elif kind == "tool_result":
+            flush()
+            inner = block.get("content", "")
+            body_result = inner if isinstance(inner, str) else _text_of_blocks(inner, where)
+            meta = _meta(metadata, block.get("cache_control"))
+            if block.get("is_error"):
+                meta = with_hints(meta, is_error=True)
+            out.append(Message(role="tool", content=body_result,
+                               tool_call_id=block["tool_use_id"], metadata=meta, **extra))
+        else:
+            raise InvalidInputError(
+                f"{where}: block type {kind!r} is not supported "
+                "(supported: text, image, tool_result)"
+            )
+    flush()
+    return out
+
+
+# ---- OpenAI Responses ---------------------------------------------------------------------
+
+
+def _responses_parts(message: Message) -> str | list[dict[str, Any]]:
+    content = message.content
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if message.role == "assistant":
+        return message.text
+    parts: list[dict[str, Any]] = []
+    for part in content:
+        if isinstance(part, TextPart):
+            parts.append({"type": "input_text", "text": part.text})
+        else:
+            parts.append({"type": "input_image", "image_url": part.image_url.url,
+                          "detail": part.image_url.detail or "auto"})
+    return parts
+
+
+def to_responses(messages: Iterable[Message]) -> list[dict[str, Any]]:
+    """Render messages as OpenAI Responses API input items.
+
+    System, developer, user and assistant text become ``message`` items (images as
+    ``input_image`` parts); each tool call becomes a ``function_call`` item after its
+    message's text, and each tool result a ``function_call_output`` item. ``name``
+    has no Responses field and is dropped; so is ``cache_control``.
+
+    Args:
+        messages: chronological messages, e.g. a window's ``messages``.
+
+    Returns:
+        A list to pass as ``client.responses.create(input=...)``.
+    """
+    items: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role == "tool":
+            output = _responses_parts(message)
+            items.append({"type": "function_call_output", "call_id": message.tool_call_id,
+                          "output": output})
+            continue
+        body = _responses_parts(message)
+        if not (message.role == "assistant" and message.tool_calls and not body):
+            items.append({"type": "message", "role": message.role, "content": body})
+        for call in message.tool_calls or ():
+            items.append({"type": "function_call", "call_id": call.id, "name": call.name,
+                          "arguments": call.arguments})
+    return items

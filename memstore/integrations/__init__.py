@@ -1,0 +1,14 @@
+"""Adapters that make memstore the memory of agent frameworks (optional extras).
+
+Each adapter lives in its own module and imports its framework only there, so
+``import memstore`` (and ``import memstore.integrations``) never imports a framework:
+
+* ``memstore.integrations.autogen.MemstoreChatCompletionContext`` (``memstore[autogen]``)
+* ``memstore.integrations.langchain.MemstoreChatMessageHistory`` (``memstore[langchain]``)
+* ``memstore.integrations.camel.MemstoreAgentMemory`` (``memstore[camel]``)
+* ``memstore.integrations.openai_agents.MemstoreSession`` (``memstore[openai-agents]``)
+
+Every adapter takes the conversation id first and the store second (a
+:class:`~memstore.MemoryStore` or an :class:`~memstore.AsyncMemoryStore`), plus an
+optional ``view=`` deciding what the framework is given.
+"""

@@ -1,0 +1,426 @@
+"""memstore as autogen's model context: persistent, token-budgeted, declarable.
+
+:class:`MemstoreChatCompletionContext` is an
+``autogen_core.model_context.ChatCompletionContext`` and an autogen ``Component``:
+give it to an ``AssistantAgent(model_context=...)`` and the agent's conversation is
+stored in SQLite or PostgreSQL, survives restarts, and is read back through any
+memstore view (by default every complete unit; a budgeted view gives a window that
+fits a token budget and never splits a tool call from its results).
+
+Install with ``pip install 'memstore[autogen]'`` (autogen-core 0.7).
+
+Mapping (lossless both ways; :func:`to_memstore` / :func:`from_memstore`):
+
+* ``SystemMessage`` ↔ a ``system`` message (a stored ``developer`` message reads
+  back as a ``SystemMessage`` too).
+* ``UserMessage`` ↔ a ``user`` message: text, or parts (``Image`` ↔ an image part
+  holding its ``data:image/png`` URI; an image given by URL reads back as its URL
+  text, since an autogen ``Image`` holds pixels); ``source`` ↔ ``name``.
+* ``AssistantMessage`` ↔ an ``assistant`` message: text content, or ``FunctionCall``
+  list ↔ ``tool_calls`` with the ``thought`` as the message text (what providers
+  see next to the calls); the ``thought`` of a text answer is kept in metadata.
+* ``FunctionExecutionResultMessage`` ↔ one ``tool`` message per result (written in
+  one transaction), regrouped into one message on the way back; ``name`` ↔ name,
+  ``is_error`` ↔ the ``is_error`` hint (``metadata["memstore"]``, which
+  ``to_anthropic()`` renders). An
+  empty ``FunctionExecutionResultMessage(content=[])`` carries nothing to send and
+  stores nothing.
+
+What memstore has no field for (an empty ``source``, a thought, the result
+grouping) lives under ``metadata["autogen"]``.
+
+Stores: a :class:`~memstore.MemoryStore` or an :class:`~memstore.AsyncMemoryStore`.
+autogen's methods are coroutines; a sync store is called directly from them (a
+memstore call is one short transaction), so use an ``AsyncMemoryStore`` when a
+slow database must not hold up the event loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from memstore.errors import (
+    ConversationNotFoundError,
+    InvalidInputError,
+    MissingDependencyError,
+)
+from memstore.formats import is_error_of, with_hints
+from memstore.integrations._common import (
+    AnyStore,
+    check_store,
+    check_view,
+    read_history,
+    run,
+    store_url,
+    valid_name,
+)
+from memstore.models import (
+    Conversation,
+    ConversationState,
+    ImagePart,
+    ImageURL,
+    Message,
+    TextPart,
+    ToolCall,
+)
+from memstore.views import ContextView, view_from_config
+
+try:
+    from autogen_core import Component, FunctionCall, Image
+    from autogen_core.model_context import ChatCompletionContext
+    from autogen_core.models import (
+        AssistantMessage,
+        FunctionExecutionResult,
+        FunctionExecutionResultMessage,
+        LLMMessage,
+        SystemMessage,
+        UserMessage,
+    )
+except ImportError as exc:  # pragma: no cover - exercised without the extra
+    raise MissingDependencyError(
+        "memstore.integrations.autogen needs autogen-core 0.7: pip install 'memstore[autogen]'"
+    ) from exc
+from pydantic import BaseModel
+from typing_extensions import Self
+
+__all__ = [
+    "MemstoreChatCompletionContext",
+    "MemstoreChatCompletionContextConfig",
+    "from_memstore",
+    "to_memstore",
+]
+
+_KEY = "autogen"
+_IMAGE_URI = ("data:image/png;base64,", "data:image/jpeg;base64,")
+
+
+# ---- autogen -> memstore ---------------------------------------------------------------------
+
+
+def _name_fields(value: str, field: str, extra: dict[str, Any]) -> str | None:
+    """``value`` as a memstore name, or ``None`` with ``value`` kept in ``extra``."""
+    if valid_name(value):
+        return value
+    extra[field] = value
+    return None
+
+
+def _meta(extra: dict[str, Any], base: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    out = dict(base or {})
+    if extra:
+        out[_KEY] = extra
+    return out
+
+
+def to_memstore(message: LLMMessage) -> list[Message]:
+    """Convert one autogen message into the memstore messages that store it.
+
+    Returns:
+        One message, except for a ``FunctionExecutionResultMessage``: one ``tool``
+        message per result (none for an empty one).
+
+    Raises:
+        InvalidInputError: not an autogen ``LLMMessage``.
+        pydantic.ValidationError: a value memstore cannot store (an empty call id…).
+    """
+    extra: dict[str, Any] = {}
+    if isinstance(message, SystemMessage):
+        return [Message(role="system", content=message.content)]
+    if isinstance(message, UserMessage):
+        name = _name_fields(message.source, "source", extra)
+        content: str | list[TextPart | ImagePart]
+        if isinstance(message.content, str):
+            content = message.content
+        else:
+            content = [TextPart(text=item) if isinstance(item, str)
+                       else ImagePart(image_url=ImageURL(url=item.data_uri))
+                       for item in message.content]
+        return [Message(role="user", content=content, name=name, metadata=_meta(extra))]
+    if isinstance(message, AssistantMessage):
+        name = _name_fields(message.source, "source", extra)
+        if isinstance(message.content, str):
+            if message.thought is not None:
+                extra["thought"] = message.thought
+            return [Message(role="assistant", content=message.content, name=name,
+                            metadata=_meta(extra))]
+        if not message.content:
+            extra["calls"] = []
+        calls = [ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in message.content]
+        return [Message(role="assistant", content=message.thought, tool_calls=calls or None,
+                        name=name, metadata=_meta(extra))]
+    if isinstance(message, FunctionExecutionResultMessage):
+        out: list[Message] = []
+        size = len(message.content)
+        for index, result in enumerate(message.content):
+            own: dict[str, Any] = {"result": [index, size]}
+            name = _name_fields(result.name, "name", own)
+            base = with_hints(is_error=result.is_error)
+            out.append(Message(role="tool", content=result.content, tool_call_id=result.call_id,
+                               name=name, metadata=_meta(own, base)))
+        return out
+    raise InvalidInputError(
+        f"expected an autogen LLMMessage (SystemMessage, UserMessage, AssistantMessage, "
+        f"FunctionExecutionResultMessage), not {type(message).__name__}"
+    )
+
+
+# ---- memstore -> autogen ---------------------------------------------------------------------
+
+
+def _extra(message: Message) -> dict[str, Any]:
+    value = message.metadata.get(_KEY)
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def _source(message: Message, extra: Mapping[str, Any], default: str) -> str:
+    if "source" in extra:
+        return str(extra["source"])
+    return message.name or default
+
+
+def _user_content(message: Message) -> str | list[str | Image]:
+    if message.content is None:
+        return ""
+    if isinstance(message.content, str):
+        return message.content
+    items: list[str | Image] = []
+    for part in message.content:
+        if isinstance(part, TextPart):
+            items.append(part.text)
+        elif part.image_url.url.startswith(_IMAGE_URI):
+            items.append(Image.from_uri(part.image_url.url))
+        else:
+            items.append(part.image_url.url)
+    return items
+
+
+def _result(message: Message, extra: Mapping[str, Any]) -> FunctionExecutionResult:
+    return FunctionExecutionResult(
+        content=message.text,
+        name=str(extra["name"]) if "name" in extra else (message.name or ""),
+        call_id=message.tool_call_id or "",
+        is_error=is_error_of(message),
+    )
+
+
+def from_memstore(messages: Iterable[Message]) -> list[LLMMessage]:
+    """Convert chronological memstore messages into autogen messages.
+
+    Consecutive tool messages become one ``FunctionExecutionResultMessage``; those
+    written from one autogen message come back as exactly that message.
+    """
+    out: list[LLMMessage] = []
+    group: list[FunctionExecutionResult] = []
+
+    def flush() -> None:
+        if group:
+            out.append(FunctionExecutionResultMessage(content=list(group)))
+            group.clear()
+
+    for message in messages:
+        extra = _extra(message)
+        if message.role == "tool":
+            position = extra.get("result")
+            if isinstance(position, list) and position and position[0] == 0:
+                flush()
+            group.append(_result(message, extra))
+            continue
+        flush()
+        if message.role in ("system", "developer"):
+            out.append(SystemMessage(content=message.text))
+        elif message.role == "user":
+            out.append(UserMessage(content=_user_content(message),
+                                   source=_source(message, extra, "user")))
+        elif message.tool_calls or "calls" in extra:
+            calls = [FunctionCall(id=c.id, name=c.name, arguments=c.arguments)
+                     for c in message.tool_calls or ()]
+            thought = None if message.content is None else message.text
+            out.append(AssistantMessage(content=calls, thought=thought,
+                                        source=_source(message, extra, "assistant")))
+        else:
+            thought_value = extra.get("thought")
+            out.append(AssistantMessage(
+                content=message.text,
+                thought=thought_value if isinstance(thought_value, str) else None,
+                source=_source(message, extra, "assistant")))
+    flush()
+    return out
+
+
+# ---- the model context -----------------------------------------------------------------------
+
+
+class MemstoreChatCompletionContextConfig(BaseModel):
+    """The declarative configuration of :class:`MemstoreChatCompletionContext`.
+
+    Attributes:
+        url: the database URL (password included: keep dumped configs private).
+        conversation_id: the conversation the context reads and writes.
+        view: the view configuration (``view.to_config()``); ``None``: every
+            complete unit.
+        counter: the store's token counter name.
+        async_store: open an :class:`~memstore.AsyncMemoryStore` (else a
+            :class:`~memstore.MemoryStore`).
+    """
+
+    url: str
+    conversation_id: str
+    view: dict[str, Any] | None = None
+    counter: str | None = None
+    async_store: bool = False
+
+
+class MemstoreChatCompletionContext(ChatCompletionContext,
+                                    Component[MemstoreChatCompletionContextConfig]):
+    """An autogen model context stored in memstore.
+
+    ``add_message`` persists (a ``FunctionExecutionResultMessage`` as one tool
+    message per result, in one transaction); ``get_messages`` returns the window of
+    ``view`` as autogen messages, followed by the turn in progress (an assistant tool
+    call whose results are not all stored yet), so the history is valid together
+    with the results the agent is about to add. A conversation that was never
+    written is ``[]``.
+
+    ``save_state`` returns memstore's :class:`~memstore.ConversationState` as a
+    JSON-compatible dict (under ``"memstore_state"``), so the state moves between
+    databases; ``load_state`` replaces the conversation with it. ``clear`` deletes
+    the conversation's messages.
+
+    ``dump_component()`` records the database URL, the conversation id, the view
+    configuration and the store's counter; ``load_component()`` opens a new store on
+    that URL and gives a context with the same behaviour; that context owns its
+    store, which :meth:`close` closes.
+
+    Args:
+        conversation_id: the memstore conversation id.
+        store: a MemoryStore or an AsyncMemoryStore.
+        view: the view deciding what the model is given; default: every complete
+            unit (``UnboundedView``).
+
+    Example:
+        >>> from memstore import MemoryStore, TokenLimitedView
+        >>> from memstore.integrations.autogen import MemstoreChatCompletionContext
+        >>> ctx = MemstoreChatCompletionContext("chat-1", MemoryStore("sqlite://"),
+        ...                                     view=TokenLimitedView(token_limit=8000))
+    """
+
+    component_config_schema = MemstoreChatCompletionContextConfig
+    component_provider_override = "memstore.integrations.autogen.MemstoreChatCompletionContext"
+
+    def __init__(self, conversation_id: str, store: AnyStore, *,
+                 view: ContextView | None = None) -> None:
+        super().__init__()
+        self._store = check_store(store, "MemstoreChatCompletionContext")
+        self._view = check_view(view, "MemstoreChatCompletionContext")
+        if not isinstance(conversation_id, str) or not conversation_id:
+            raise InvalidInputError("conversation_id must be a non-empty string")
+        self._conversation_id = conversation_id
+        self._owns_store = False
+
+    @property
+    def conversation_id(self) -> str:
+        """The memstore conversation id."""
+        return self._conversation_id
+
+    @property
+    def store(self) -> AnyStore:
+        """The store the context reads and writes."""
+        return self._store
+
+    @property
+    def view(self) -> ContextView:
+        """The view deciding what ``get_messages`` returns."""
+        return self._view
+
+    async def add_message(self, message: LLMMessage) -> None:
+        """Persist an autogen message (several tool messages in one transaction)."""
+        messages = to_memstore(message)
+        if not messages:
+            return
+        cid = self._conversation_id
+        if len(messages) == 1:
+            await run(self._store, lambda s: s.append(cid, messages[0]))
+        else:
+            await run(self._store, lambda s: s.extend(cid, messages))
+
+    async def get_messages(self) -> list[LLMMessage]:
+        """The view's window plus the turn in progress, as autogen messages.
+
+        Raises:
+            ContextBudgetError: a budgeted view cannot fit the anchored messages and
+                the newest unit.
+        """
+        history = await read_history(self._store, self._conversation_id, self._view)
+        return from_memstore(history)
+
+    async def clear(self) -> None:
+        """Delete every message of the conversation (a never-written one is a no-op)."""
+        cid = self._conversation_id
+        with contextlib.suppress(ConversationNotFoundError):
+            await run(self._store, lambda s: s.clear(cid))
+
+    async def save_state(self) -> Mapping[str, Any]:
+        """The conversation as ``{"memstore_state": <ConversationState as JSON data>}``."""
+        cid = self._conversation_id
+        try:
+            state: ConversationState = await run(self._store, lambda s: s.save_state(cid))
+        except ConversationNotFoundError:
+            now = datetime.now(timezone.utc)
+            state = ConversationState(
+                conversation=Conversation(id=cid, created_at=now, updated_at=now),
+                messages=[], view=self._view.to_config())
+        return {"memstore_state": json.loads(state.to_json())}
+
+    async def load_state(self, state: Mapping[str, Any]) -> None:
+        """Replace the conversation with a state from :meth:`save_state`.
+
+        Raises:
+            InvalidInputError: ``state`` holds no memstore state.
+        """
+        data = state.get("memstore_state") if isinstance(state, Mapping) else None
+        if not isinstance(data, Mapping):
+            raise InvalidInputError(
+                "state must come from MemstoreChatCompletionContext.save_state() "
+                "(a mapping with a 'memstore_state' entry)"
+            )
+        snapshot = ConversationState.model_validate(data)
+        cid = self._conversation_id
+        await run(self._store, lambda s: s.load_state(snapshot, cid, True))
+
+    def _to_config(self) -> MemstoreChatCompletionContextConfig:
+        from memstore.aio import AsyncMemoryStore
+
+        return MemstoreChatCompletionContextConfig(
+            url=store_url(self._store),
+            conversation_id=self._conversation_id,
+            view=self._view.to_config(),
+            counter=self._store.counter.name,
+            async_store=isinstance(self._store, AsyncMemoryStore),
+        )
+
+    @classmethod
+    def _from_config(cls, config: MemstoreChatCompletionContextConfig) -> Self:
+        from memstore.aio import AsyncMemoryStore
+        from memstore.store import MemoryStore
+        from memstore.tokens import counter_from_name
+
+        counter = counter_from_name(config.counter) if config.counter else None
+        store: AnyStore
+        if config.async_store:
+            store = AsyncMemoryStore(config.url, counter=counter)
+        else:
+            store = MemoryStore(config.url, counter=counter)
+        view = view_from_config(config.view) if config.view else None
+        context = cls(config.conversation_id, store, view=view)
+        context._owns_store = True
+        return context
+
+    async def close(self) -> None:
+        """Close the store if this context opened it (``load_component``); else do nothing."""
+        if self._owns_store:
+            await run(self._store, lambda s: s.close())
+

@@ -1,0 +1,579 @@
+"""CAMEL integration: a persistent, token-budgeted ``AgentMemory`` for ``ChatAgent``.
+
+Install with ``pip install 'memstore[camel]'``::
+
+    from camel.agents import ChatAgent
+    from memstore import MemoryStore
+    from memstore.integrations.camel import MemstoreAgentMemory
+
+    store = MemoryStore("sqlite:///agents.db")
+    memory = MemstoreAgentMemory("chat-1", store, token_limit=model.token_limit)
+    agent = ChatAgent("You are terse.", model=model, memory=memory,
+                      summarize_threshold=None)
+
+Every CAMEL ``MemoryRecord`` becomes one memstore message: its OpenAI form (role,
+content, tool calls, tool-call id) is what memstore stores, counts and windows; the
+rest of the record (uuid, backend role, CAMEL message fields, ``extra_info``,
+timestamp, agent id) is kept under ``metadata["camel"]``, so a record reads back
+equal. The record's uuid is the message id, so writing the same record twice
+stores it once. ``get_context()`` reads only the window: by default a
+:class:`~memstore.ScoreBasedView` with CAMEL's own scoring rule (``keep_rate``
+decay), which keeps tool calls with their results and always keeps the newest
+message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import uuid
+import weakref
+from collections.abc import Iterator, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from memstore.aio import AsyncMemoryStore
+from memstore.errors import (
+    ConfigurationError,
+    ContextBudgetError,
+    ConversationNotFoundError,
+    InvalidInputError,
+    MissingDependencyError,
+)
+from memstore.models import Message, StoredMessage
+from memstore.store import MemoryStore
+from memstore.tokens import TokenCounter
+from memstore.views import ContextView, ScoreBasedView
+
+try:
+    from camel.memories import AgentMemory, ContextRecord, MemoryRecord
+    from camel.memories.base import BaseContextCreator
+    from camel.messages import BaseMessage, FunctionCallingMessage, OpenAIMessage
+    from camel.types import ModelType, OpenAIBackendRole, RoleType
+    from camel.utils import BaseTokenCounter
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise MissingDependencyError(
+        "memstore.integrations.camel needs CAMEL: pip install 'memstore[camel]'"
+    ) from exc
+
+__all__ = ["ContextOverflowError", "MemstoreAgentMemory", "MemstoreContextCreator",
+           "MemstoreTokenCounter", "message_to_record", "record_to_message"]
+
+#: The metadata key under which a record's CAMEL-only fields are stored.
+METADATA_KEY = "camel"
+_PAGE = 500
+
+
+class ContextOverflowError(ContextBudgetError, RuntimeError):
+    """The system messages and the newest unit do not fit the memory's budget.
+
+    A :class:`~memstore.ContextBudgetError` that is also the ``RuntimeError`` CAMEL's
+    context creators raise, with ``args[1]`` the tokens required: ``ChatAgent`` ends the
+    step with termination reason ``"max_tokens_exceeded"``, as with its own memory.
+    """
+
+    def __init__(self, error: ContextBudgetError) -> None:
+        super().__init__(str(error), required=error.required, budget=error.budget)
+        self.args = (str(error), error.required)
+
+
+# ---- record <-> message ------------------------------------------------------------------
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` as plain JSON data (CAMEL tool results may be any object: ``str()``-ed)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def _projection(record: MemoryRecord) -> dict[str, Any]:
+    """The OpenAI chat dict memstore stores for ``record`` (what CAMEL would send)."""
+    role = record.role_at_backend
+    message = record.message
+    if role in (OpenAIBackendRole.FUNCTION, OpenAIBackendRole.TOOL):
+        if isinstance(message, FunctionCallingMessage):
+            return dict(message.to_openai_tool_message())
+        raise InvalidInputError(
+            f"a {role.value} record needs a FunctionCallingMessage, not {type(message).__name__}"
+        )
+    if role == OpenAIBackendRole.DEVELOPER:
+        return {"role": "developer", "content": message.content}
+    return dict(record.to_openai_message())
+
+
+def record_to_message(record: MemoryRecord) -> Message:
+    """Convert a CAMEL ``MemoryRecord`` to the memstore message that stores it.
+
+    The role, content, tool calls and tool-call id come from the record's OpenAI form;
+    the record's other fields go to ``metadata["camel"]`` (the record dict without the
+    message text when the text is already the message's content). The message ``id``
+    is the record's uuid. The base importance ``score`` is ``extra_info["score"]``
+    when the record has one (CAMEL records carry no score of their own), else 1.0.
+
+    Raises:
+        pydantic.ValidationError: the record's OpenAI form is not a valid message.
+        InvalidInputError: a function/tool record that is not a FunctionCallingMessage,
+            or an ``extra_info["score"]`` that is not a number.
+    """
+    projection = _projection(record)
+    data = _jsonable(record.to_dict())
+    score = 1.0
+    raw_score = record.extra_info.get("score")
+    if raw_score is not None:
+        try:
+            score = float(raw_score)
+        except ValueError as exc:
+            raise InvalidInputError(
+                f"record extra_info['score'] must be a number, got {raw_score!r}"
+            ) from exc
+    tool_calls = projection.get("tool_calls")
+    fields: dict[str, Any] = {
+        "role": projection["role"],
+        "content": projection.get("content"),
+        "score": score,
+        "id": str(record.uuid),
+    }
+    if tool_calls:
+        fields["tool_calls"] = tool_calls
+    if projection.get("tool_call_id") is not None:
+        fields["tool_call_id"] = projection["tool_call_id"]
+    message = Message.from_openai(fields)
+    if data["message"].get("content") == message.text:
+        del data["message"]["content"]
+    return Message.from_openai(fields, metadata={METADATA_KEY: data})
+
+
+def _role_type(message: Message) -> RoleType:
+    return RoleType.USER if message.role == "user" else RoleType.ASSISTANT
+
+
+def _foreign_record(message: StoredMessage) -> MemoryRecord:
+    """A record for a message that memstore holds but CAMEL did not write."""
+    role = OpenAIBackendRole(message.role)
+    name = message.name or message.role
+    if message.role == "tool":
+        camel_message: BaseMessage = FunctionCallingMessage(
+            role_name=name, role_type=RoleType.ASSISTANT, meta_dict=None, content="",
+            func_name=name, result=message.text, tool_call_id=message.tool_call_id)
+        role = OpenAIBackendRole.FUNCTION
+    else:
+        meta = ({"tool_calls": [c.to_openai() for c in message.tool_calls]}
+                if message.tool_calls else None)
+        camel_message = BaseMessage(role_name=name, role_type=_role_type(message),
+                                    meta_dict=meta, content=message.text)
+    try:
+        record_uuid = uuid.UUID(message.id)
+    except ValueError:
+        record_uuid = uuid.uuid5(uuid.NAMESPACE_URL,
+                                 f"memstore:{message.conversation_id}:{message.id}")
+    return MemoryRecord(message=camel_message, role_at_backend=role, uuid=record_uuid,
+                        timestamp=message.created_at.timestamp())
+
+
+def message_to_record(message: StoredMessage) -> MemoryRecord:
+    """Convert a stored message back to the CAMEL ``MemoryRecord`` it was written from.
+
+    A message that CAMEL did not write (no ``metadata["camel"]``) becomes an
+    equivalent record: its id as uuid (or a uuid derived from it), ``created_at`` as
+    timestamp.
+    """
+    data = message.metadata.get(METADATA_KEY)
+    if not isinstance(data, dict):
+        return _foreign_record(message)
+    record_dict: dict[str, Any] = json.loads(json.dumps(data))
+    if "content" not in record_dict["message"]:
+        record_dict["message"]["content"] = message.text
+    return MemoryRecord.from_dict(record_dict)
+
+
+def _to_openai(message: Message) -> OpenAIMessage:
+    """What CAMEL would send for a window message (its record's own OpenAI form)."""
+    if isinstance(message, StoredMessage) and isinstance(
+            message.metadata.get(METADATA_KEY), dict):
+        return _projection(message_to_record(message))  # type: ignore[return-value]
+    return message.to_openai()  # type: ignore[return-value]
+
+
+# ---- the store, seen synchronously ---------------------------------------------------------
+
+_TWINS: weakref.WeakKeyDictionary[AsyncMemoryStore, MemoryStore] = weakref.WeakKeyDictionary()
+_TWINS_LOCK = threading.Lock()
+_SYNC_DRIVERS = {"sqlite+aiosqlite": "sqlite", "postgresql+asyncpg": "postgresql+psycopg"}
+
+
+def _sync_store(store: MemoryStore | AsyncMemoryStore) -> MemoryStore:
+    """The synchronous store CAMEL's synchronous memory API runs on.
+
+    CAMEL calls its memory synchronously, also from ``ChatAgent.astep`` inside a running
+    event loop, so an ``AsyncMemoryStore`` cannot be awaited there. Its database is
+    reached through one synchronous twin per async store (same URL with the matching
+    synchronous driver, same counter), created on first use, shared by every memory
+    on that store and closed when the async store is garbage-collected.
+    """
+    if isinstance(store, MemoryStore):
+        return store
+    if not isinstance(store, AsyncMemoryStore):
+        raise ConfigurationError(
+            f"store must be a MemoryStore or an AsyncMemoryStore, not {type(store).__name__}"
+        )
+    with _TWINS_LOCK:
+        twin = _TWINS.get(store)
+        if twin is None:
+            url = store.engine.url
+            driver = _SYNC_DRIVERS.get(url.drivername, url.drivername)
+            if driver == "sqlite" and url.database in (None, "", ":memory:"):
+                raise ConfigurationError(
+                    "an in-memory SQLite AsyncMemoryStore cannot be shared with CAMEL's "
+                    "synchronous memory API: use a MemoryStore or a database file"
+                )
+            twin = MemoryStore(url.set(drivername=driver).render_as_string(hide_password=False),
+                               counter=store.counter)
+            _TWINS[store] = twin
+            weakref.finalize(store, twin.close)  # its connections close with the async store
+        return twin
+
+
+# ---- token counter and context creator -----------------------------------------------------
+
+
+class MemstoreTokenCounter(BaseTokenCounter):
+    """CAMEL's ``BaseTokenCounter`` over a memstore :class:`~memstore.TokenCounter`.
+
+    ``count_tokens_from_messages`` counts the list as memstore does (per-message counts
+    plus reply priming once), so it agrees with the token counts of windows.
+    ``encode``/``decode`` need a tokenizer: they work when the counter has an
+    ``encoding`` (``TiktokenCounter``) and raise ``NotImplementedError`` otherwise.
+    """
+
+    def __init__(self, counter: TokenCounter) -> None:
+        self.counter = counter
+
+    def count_tokens_from_messages(self, messages: list[OpenAIMessage]) -> int:
+        """Count an OpenAI message list with the memstore counter."""
+        return self.counter.count_messages([Message.from_openai(dict(m)) for m in messages])
+
+    def _encoding(self) -> Any:
+        encoding = getattr(self.counter, "encoding", None)
+        if encoding is None or not hasattr(encoding, "encode"):
+            raise NotImplementedError(
+                f"token counter {self.counter.name!r} has no tokenizer to encode/decode with"
+            )
+        return encoding
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` (tiktoken counters only)."""
+        return list(self._encoding().encode(text))
+
+    def decode(self, token_ids: list[int]) -> str:
+        """Text of ``token_ids`` (tiktoken counters only)."""
+        return str(self._encoding().decode(token_ids))
+
+
+class MemstoreContextCreator(BaseContextCreator):
+    """CAMEL's context creator for a memstore view (``MemstoreAgentMemory`` uses it).
+
+    ``token_limit`` is the view's budget (``None`` for a view without one; ChatAgent then
+    uses its model's limit when it copies the setting). ``create_context(records)`` runs
+    the same view over a list of records (they are numbered in list order), so it
+    selects what ``get_context()`` would over the same history.
+    """
+
+    def __init__(self, view: ContextView, counter: TokenCounter) -> None:
+        self.view = view
+        self._counter = view.resolve_counter(counter)
+        self._token_counter = MemstoreTokenCounter(self._counter)
+
+    @property
+    def token_counter(self) -> BaseTokenCounter:
+        """The counter as a CAMEL token counter."""
+        return self._token_counter
+
+    @property
+    def token_limit(self) -> int | None:  # type: ignore[override]
+        """The view's token budget (``None`` when the view has none)."""
+        limit = getattr(self.view, "token_limit", None)
+        return limit if isinstance(limit, int) else None
+
+    def create_context(self, records: list[ContextRecord]) -> tuple[list[OpenAIMessage], int]:
+        """Select ``records`` through the view: ``(openai_messages, token_count)``."""
+        stored: list[StoredMessage] = []
+        for seq, context_record in enumerate(records, start=1):
+            message = record_to_message(context_record.memory_record)
+            stored.append(StoredMessage.model_validate({
+                **message.model_dump(), "conversation_id": "camel", "seq": seq,
+                "created_at": datetime.fromtimestamp(context_record.memory_record.timestamp,
+                                                     tz=timezone.utc),
+                "token_count": self._counter.count_message(message),
+                "token_counter": self._counter.name,
+            }))
+        if not stored:
+            return [], 0
+        try:
+            window = self.view.apply(stored, self._counter)
+        except ContextBudgetError as exc:
+            raise ContextOverflowError(exc) from exc
+        return [_to_openai(m) for m in window.messages], window.token_count
+
+
+# ---- the memory ----------------------------------------------------------------------------
+
+
+class MemstoreAgentMemory(AgentMemory):
+    """A CAMEL ``AgentMemory`` that keeps one conversation in a memstore database.
+
+    Pass it to ``ChatAgent(memory=...)``. ``write_records`` stores each record once
+    (its uuid is the message id); ``get_context()`` returns the window of ``view`` as
+    ``(openai_messages, token_count)`` and reads only that window.
+
+    Budget: CAMEL passes the token limit to a memory through its context creator
+    (``ChatHistoryMemory(ScoreBasedContextCreator(counter, token_limit))``); ChatAgent
+    builds one only for its default memory. Give the limit here, normally your
+    model's: ``token_limit=model.token_limit``. Without ``token_limit`` and ``view``
+    the budget is the context window of CAMEL's default model (``ModelType.DEFAULT``),
+    the limit ChatAgent itself uses when given no model. The default view is
+    ``ScoreBasedView(token_limit, keep_rate=keep_rate)``: CAMEL's scoring rule
+    (the j-th newest non-system message scores ``keep_rate**j``) with none of its
+    bugs (tool calls stay with their results, the newest message is always kept,
+    the limit is always respected). ChatAgent also compresses its memory by
+    summarisation when a context passes ``summarize_threshold`` percent of its token
+    limit, which *clears* the memory: with a budgeted memory pass
+    ``summarize_threshold=None``.
+
+    Resuming: ``ChatAgent.__init__`` sets the memory's ``agent_id`` and then clears
+    it and writes its system message. With ``resume=True`` (default) a memory that an
+    agent adopts keeps its stored history: that first ``clear()`` after the agent sets
+    ``agent_id`` is skipped, and the agent's system message is not stored again when
+    it equals the conversation's first message. Every other ``clear()`` (also
+    ``agent.reset()``) deletes the conversation's messages.
+
+    Args:
+        conversation_id: the memstore conversation (created on the first write).
+        store: a :class:`~memstore.MemoryStore` or :class:`~memstore.AsyncMemoryStore`
+            (CAMEL's memory API is synchronous: an async store is reached through a
+            synchronous twin on the same database, see ``_sync_store``).
+        view: the view ``get_context()`` reads through (default: ScoreBasedView).
+        token_limit: the default view's budget (only without ``view``).
+        keep_rate: the default view's decay per message (only without ``view``).
+        agent_id: the agent id stamped on records written without one.
+        resume: keep the stored history when a ChatAgent adopts this memory.
+
+    Raises:
+        ConfigurationError: both ``view`` and ``token_limit`` given, or an invalid
+            store, limit or keep rate.
+    """
+
+    def __init__(
+        self,
+        conversation_id: str,
+        store: MemoryStore | AsyncMemoryStore,
+        *,
+        view: ContextView | None = None,
+        token_limit: int | None = None,
+        keep_rate: float = 0.9,
+        agent_id: str | None = None,
+        resume: bool = True,
+    ) -> None:
+        if view is not None and token_limit is not None:
+            raise ConfigurationError("give view= or token_limit=, not both")
+        if view is not None and not isinstance(view, ContextView):
+            raise ConfigurationError(f"view must be a memstore view, not {type(view).__name__}")
+        if view is None:
+            limit = token_limit if token_limit is not None else ModelType.DEFAULT.token_limit
+            view = ScoreBasedView(token_limit=limit, keep_rate=keep_rate)
+        self._store = _sync_store(store)
+        self.conversation_id = self._store.context(conversation_id, view).conversation_id
+        self.view = view
+        self.keep_rate = getattr(view, "keep_rate", keep_rate)
+        self._creator = MemstoreContextCreator(view, self._store.counter)
+        self._agent_id = agent_id
+        self._resume = resume
+        self._adopting = False
+
+    # ---- AgentMemory ---------------------------------------------------------------------
+
+    @property
+    def agent_id(self) -> str | None:
+        """The id stamped on records written without one (ChatAgent sets it)."""
+        return self._agent_id
+
+    @agent_id.setter
+    def agent_id(self, val: str | None) -> None:
+        self._agent_id = val
+        self._adopting = self._resume
+
+    def get_context_creator(self) -> BaseContextCreator:
+        """The context creator (its ``token_limit`` is the view's budget)."""
+        return self._creator
+
+    def get_context(self) -> tuple[list[OpenAIMessage], int]:
+        """The view's window as ``(openai_messages, token_count)``; ``([], 0)`` when empty.
+
+        Reads only the window (cost grows with the window, not the history).
+
+        Raises:
+            ContextOverflowError: the system messages and the newest unit do not fit the
+                budget (a ``ContextBudgetError`` and the ``RuntimeError`` ChatAgent
+                handles).
+        """
+        self._adopting = False
+        try:
+            window = self._store.window(self.conversation_id, self.view)
+        except ConversationNotFoundError:
+            return [], 0
+        except ContextBudgetError as exc:
+            raise ContextOverflowError(exc) from exc
+        return [_to_openai(m) for m in window.messages], window.token_count
+
+    def write_records(self, records: list[MemoryRecord]) -> None:
+        """Store records at the end of the conversation, in one transaction.
+
+        Records without an ``agent_id`` get this memory's. A record whose uuid is already
+        stored with the same content is not stored again.
+
+        Raises:
+            InvalidInputError: a record cannot be stored (nothing is written).
+            pydantic.ValidationError: a record's OpenAI form is not a valid message.
+            ConflictError: a record's uuid is stored with other content.
+        """
+        records = list(records)
+        for record in records:
+            if record.agent_id == "" and self._agent_id is not None:
+                record.agent_id = self._agent_id
+        if self._adopting:
+            self._adopting = False
+            records = self._skip_restored_system(records)
+        if records:
+            self._store.extend(self.conversation_id, [record_to_message(r) for r in records])
+
+    def _skip_restored_system(self, records: list[MemoryRecord]) -> list[MemoryRecord]:
+        if not records or records[0].role_at_backend != OpenAIBackendRole.SYSTEM:
+            return records
+        first = self._stored(limit=1)
+        if first and first[0].role == "system" and first[0].text == records[0].message.content:
+            return records[1:]
+        return records
+
+    def retrieve(self) -> list[ContextRecord]:
+        """Every stored record, chronological, scored by CAMEL's rule.
+
+        System records score 1.0; the j-th newest other record scores
+        ``score * keep_rate**j``. CAMEL uses this to copy a memory (``clone``,
+        ``save_memory``, the ``memory`` setter): it reads the whole conversation.
+        Model contexts come from :meth:`get_context`, which reads only the window.
+        """
+        self._adopting = False
+        messages = list(self._iter_stored())
+        scores: list[float] = [1.0] * len(messages)
+        factor = 1.0
+        for index in range(len(messages) - 1, -1, -1):
+            message = messages[index]
+            if message.role != "system":
+                factor *= self.keep_rate
+                scores[index] = message.score * factor
+        return [
+            ContextRecord(memory_record=record, score=score, timestamp=record.timestamp)
+            for record, score in zip((message_to_record(m) for m in messages), scores)
+        ]
+
+    def clear(self) -> None:
+        """Delete the conversation's messages (see the class doc for ChatAgent adoption)."""
+        if self._adopting:
+            self._adopting = False
+            if self._stored(limit=1):
+                self._adopting = True  # the agent's system message comes next
+                return
+        with contextlib.suppress(ConversationNotFoundError):
+            self._store.clear(self.conversation_id)
+
+    def pop_records(self, count: int) -> list[MemoryRecord]:
+        """Delete up to ``count`` newest records and return them (chronological).
+
+        A system or developer record at the start of the conversation is never
+        removed (CAMEL's rule).
+
+        Raises:
+            TypeError: ``count`` is not an int.
+            ValueError: ``count`` is negative.
+        """
+        if not isinstance(count, int) or isinstance(count, bool):
+            raise TypeError("count must be an integer")
+        if count < 0:
+            raise ValueError("count must be non-negative")
+        self._adopting = False
+        if count == 0:
+            return []
+        try:
+            total = self._store.get_conversation(self.conversation_id).message_count
+        except ConversationNotFoundError:
+            return []
+        first = self._stored(limit=1)
+        removable = total - (1 if first and first[0].role in ("system", "developer") else 0)
+        n = min(count, removable)
+        if n <= 0:
+            return []
+        return [message_to_record(m) for m in self._store.pop(self.conversation_id, n)]
+
+    def remove_records_by_indices(self, indices: list[int]) -> list[MemoryRecord]:
+        """Delete the records at ``indices`` (positions in :meth:`retrieve` order).
+
+        Out-of-range indices are ignored, and so is index 0 when it is a system or
+        developer record (CAMEL's rule). The rewrite is one transaction (it reads the
+        whole conversation). Returns the removed records in their original order.
+        """
+        self._adopting = False
+        try:
+            state = self._store.save_state(self.conversation_id)
+        except ConversationNotFoundError:
+            return []
+        messages = state.messages
+        drop = {i for i in indices if 0 <= i < len(messages)}
+        if messages and messages[0].role in ("system", "developer"):
+            drop.discard(0)
+        return self._rewrite(state, drop)
+
+    def clean_tool_calls(self) -> None:
+        """Delete every tool call and tool result (CAMEL's ``prune_tool_calls_from_memory``).
+
+        Removes assistant messages with tool calls and tool messages, in one
+        transaction; the rest of the history is untouched.
+        """
+        self._adopting = False
+        try:
+            state = self._store.save_state(self.conversation_id)
+        except ConversationNotFoundError:
+            return
+        drop = {i for i, m in enumerate(state.messages)
+                if m.role == "tool" or m.tool_calls}
+        self._rewrite(state, drop)
+
+    # ---- helpers -------------------------------------------------------------------------
+
+    def _rewrite(self, state: Any, drop: set[int]) -> list[MemoryRecord]:
+        if not drop:
+            return []
+        removed = [m for i, m in enumerate(state.messages) if i in drop]
+        first = state.messages[0].seq
+        kept = [m.model_copy(update={"seq": first + n}) for n, m in enumerate(
+            m for i, m in enumerate(state.messages) if i not in drop)]
+        self._store.load_state(state.model_copy(update={"messages": kept}),
+                               self.conversation_id, replace=True)
+        return [message_to_record(m) for m in removed]
+
+    def _stored(self, limit: int) -> list[StoredMessage]:
+        try:
+            return self._store.messages(self.conversation_id, limit=limit)
+        except ConversationNotFoundError:
+            return []
+
+    def _iter_stored(self) -> Iterator[StoredMessage]:
+        start: int | None = None
+        while True:
+            try:
+                page: Sequence[StoredMessage] = self._store.messages(
+                    self.conversation_id, start=start, limit=_PAGE)
+            except ConversationNotFoundError:
+                return
+            yield from page
+            if len(page) < _PAGE:
+                return
+            start = page[-1].seq + 1

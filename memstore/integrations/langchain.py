@@ -1,0 +1,388 @@
+"""memstore as a LangChain chat message history: persistent and token-budgeted.
+
+:class:`MemstoreChatMessageHistory` is a
+``langchain_core.chat_history.BaseChatMessageHistory``. Give it to
+``RunnableWithMessageHistory`` (or use it directly): messages are stored in SQLite
+or PostgreSQL, and with a budgeted ``view`` the history the chain receives is a
+token-budgeted window read in O(window), never the whole conversation re-read and
+re-trimmed on every turn. No window splits a tool call from its results.
+
+Install with ``pip install 'memstore[langchain]'`` (langchain-core 1.x).
+
+Mapping (lossless both ways; :func:`to_memstore` / :func:`from_memstore`):
+
+* ``HumanMessage`` ↔ ``user``; ``AIMessage`` ↔ ``assistant`` (``tool_calls`` ↔
+  memstore tool calls, ``args`` as their JSON ``arguments``); ``SystemMessage`` ↔
+  ``system`` (``developer`` when ``additional_kwargs["__openai_role__"]`` says so,
+  the convention of langchain-openai); ``ToolMessage`` ↔ ``tool``
+  (``tool_call_id``; ``status="error"`` also sets the ``is_error`` hint in
+  ``metadata["memstore"]``, which ``to_anthropic()`` renders). Chunk classes and
+  ``ChatMessage`` with a memstore role are kept as their own type.
+* ``name`` ↔ ``name``; content strings as is; content lists of text and
+  ``image_url`` blocks as memstore text and image parts.
+* Everything memstore has no field for (the message ``id``, ``additional_kwargs``,
+  ``response_metadata``, ``usage_metadata``, ``artifact``, other content blocks…)
+  is kept under ``metadata["langchain"]`` and comes back equal. A LangChain message
+  id is not used as memstore's idempotency key: LangChain ids need not be unique
+  in a history.
+
+``FunctionMessage`` (legacy OpenAI functions, no call id) and ``RemoveMessage``
+are rejected with :class:`~memstore.InvalidInputError`.
+
+Stores: with a :class:`~memstore.MemoryStore` every method works (the async ones
+call the store directly). With an :class:`~memstore.AsyncMemoryStore` use the
+async methods (``aget_messages``, ``aadd_messages``, ``aclear``; what
+``RunnableWithMessageHistory.ainvoke`` calls); the sync ones raise a
+:class:`~memstore.ConfigurationError` saying so, since an async engine cannot be
+driven from synchronous code safely.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from memstore.aio import AsyncMemoryStore
+from memstore.errors import (
+    ConfigurationError,
+    ConversationNotFoundError,
+    InvalidInputError,
+    MissingDependencyError,
+)
+from memstore.formats import with_hints
+from memstore.integrations._common import (
+    AnyStore,
+    check_store,
+    check_view,
+    read_history,
+    read_history_sync,
+    valid_name,
+)
+from memstore.models import ImagePart, ImageURL, Message, TextPart, ToolCall
+from memstore.store import MemoryStore
+from memstore.views import ContextView
+
+try:
+    from langchain_core.chat_history import BaseChatMessageHistory
+    from langchain_core.messages import BaseMessage, messages_from_dict
+except ImportError as exc:  # pragma: no cover - exercised without the extra
+    raise MissingDependencyError(
+        "memstore.integrations.langchain needs langchain-core>=1: "
+        "pip install 'memstore[langchain]'"
+    ) from exc
+
+__all__ = ["MemstoreChatMessageHistory", "from_memstore", "to_memstore"]
+
+_KEY = "langchain"
+_DEVELOPER = "__openai_role__"
+#: LangChain message type -> memstore role.
+_ROLE_OF = {
+    "human": "user", "HumanMessageChunk": "user",
+    "ai": "assistant", "AIMessageChunk": "assistant",
+    "system": "system", "SystemMessageChunk": "system",
+    "tool": "tool", "ToolMessageChunk": "tool",
+}
+#: memstore role -> the LangChain type a message of that role reads back as.
+_TYPE_OF = {"user": "human", "assistant": "ai", "system": "system", "developer": "system",
+            "tool": "tool"}
+_CORE = ("content", "type", "name", "id", "tool_calls", "tool_call_id")
+
+
+# ---- LangChain -> memstore -------------------------------------------------------------------
+
+
+def _canonical(content: str | list[TextPart | ImagePart] | None) -> str | list[Any]:
+    """The LangChain content that memstore content stands for."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    out: list[Any] = []
+    for part in content:
+        if isinstance(part, TextPart):
+            out.append({"type": "text", "text": part.text})
+        else:
+            image: dict[str, Any] = {"url": part.image_url.url}
+            if part.image_url.detail is not None:
+                image["detail"] = part.image_url.detail
+            out.append({"type": "image_url", "image_url": image})
+    return out
+
+
+def _image_url(block: dict[str, Any]) -> ImagePart | None:
+    """An image part for the image blocks LangChain knows (OpenAI, v1 standard, legacy)."""
+    kind = block.get("type")
+    if kind == "image_url":
+        value = block.get("image_url")
+        url = value.get("url") if isinstance(value, dict) else value
+        detail = value.get("detail") if isinstance(value, dict) else None
+        if isinstance(url, str):
+            return ImagePart(image_url=ImageURL(
+                url=url, detail=detail if detail in ("auto", "low", "high") else None))
+        return None
+    if kind == "image":
+        data = block.get("base64") or (block.get("data") if block.get("source_type") == "base64"
+                                       else None)
+        if isinstance(data, str):
+            mime = block.get("mime_type") or "image/png"
+            return ImagePart(image_url=ImageURL(url=f"data:{mime};base64,{data}"))
+        url = block.get("url")
+        if isinstance(url, str):
+            return ImagePart(image_url=ImageURL(url=url))
+    return None
+
+
+def _content(content: Any, role: str) -> str | list[TextPart | ImagePart]:
+    """The memstore content for LangChain content (best effort; exact when possible)."""
+    if isinstance(content, str):
+        return content
+    parts: list[TextPart | ImagePart] = []
+    for item in content:
+        if isinstance(item, str):
+            parts.append(TextPart(text=item))
+        elif isinstance(item, dict):
+            if item.get("type") == "text" and isinstance(item.get("text"), str):
+                parts.append(TextPart(text=item["text"]))
+            elif role == "user":
+                image = _image_url(item)
+                if image is not None:
+                    parts.append(image)
+    return parts
+
+
+def _tool_calls(calls: Sequence[dict[str, Any]]) -> list[ToolCall] | None:
+    """The memstore tool calls standing exactly for LangChain's, else ``None``."""
+    out: list[ToolCall] = []
+    for c in calls:
+        call_id, name, args = c.get("id"), c.get("name"), c.get("args")
+        if not (isinstance(call_id, str) and isinstance(name, str) and isinstance(args, dict)):
+            return None
+        try:
+            out.append(ToolCall(id=call_id, name=name, arguments=json.dumps(args)))
+        except (TypeError, ValueError):  # not JSON, or not a valid memstore call
+            return None
+    if [_lc_call(c) for c in out] != list(calls):
+        return None
+    return out
+
+
+def _lc_call(call: ToolCall) -> dict[str, Any]:
+    return {"name": call.name, "args": json.loads(call.arguments), "id": call.id,
+            "type": "tool_call"}
+
+
+def _defaults(cls: type[BaseMessage]) -> dict[str, Any]:
+    return {name: f.get_default(call_default_factory=True)
+            for name, f in cls.model_fields.items() if not f.is_required()}
+
+
+def to_memstore(message: BaseMessage) -> Message:
+    """Convert a LangChain message into the memstore message that stores it.
+
+    Raises:
+        InvalidInputError: not a message memstore can store (``FunctionMessage``,
+            ``RemoveMessage``, a ``ChatMessage`` with a role memstore does not have).
+        pydantic.ValidationError: a value memstore cannot store (a NUL character,
+            a non-JSON ``artifact``…).
+    """
+    if not isinstance(message, BaseMessage):
+        raise InvalidInputError(f"expected a LangChain BaseMessage, not {type(message).__name__}")
+    data = message.model_dump()
+    kind = data["type"]
+    if kind in ("chat", "ChatMessageChunk"):
+        role = data["role"]
+        if role not in ("user", "assistant", "system", "developer"):
+            raise InvalidInputError(
+                f"ChatMessage role {role!r} has no memstore role "
+                "(user, assistant, system, developer)"
+            )
+    elif kind in _ROLE_OF:
+        role = _ROLE_OF[kind]
+    else:
+        raise InvalidInputError(
+            f"LangChain {type(message).__name__} (type {kind!r}) cannot be stored: memstore "
+            "keeps human, ai, system, tool and chat messages (use ToolMessage for results)"
+        )
+    extras = data.get("additional_kwargs") or {}
+    if role == "system" and extras.get(_DEVELOPER) == "developer":
+        role = "developer"
+    defaults = _defaults(type(message))
+    lc: dict[str, Any] = {k: v for k, v in data.items()
+                          if k not in _CORE and (k not in defaults or v != defaults[k])}
+    if kind != _TYPE_OF[role]:
+        lc["type"] = kind
+    content = _content(data["content"], role)
+    if _canonical(content) != data["content"]:
+        lc["content"] = data["content"]
+    name = data.get("name")
+    if name is not None and not valid_name(name):
+        lc["name"] = name
+        name = None
+    if data.get("id") is not None:
+        lc["id"] = data["id"]
+    calls: list[ToolCall] | None = None
+    if data.get("tool_calls"):
+        calls = _tool_calls(data["tool_calls"])
+        if calls is None:
+            lc["tool_calls"] = data["tool_calls"]
+    elif "tool_calls" in data and data["tool_calls"] != defaults.get("tool_calls"):
+        lc["tool_calls"] = data["tool_calls"]
+    metadata: dict[str, Any] = {}
+    if lc:
+        metadata[_KEY] = lc
+    if role == "tool" and data.get("status") == "error":
+        metadata = with_hints(metadata, is_error=True)
+    return Message(role=role, content=content, name=name, tool_calls=calls,
+                   tool_call_id=data.get("tool_call_id") if role == "tool" else None,
+                   metadata=metadata)
+
+
+# ---- memstore -> LangChain -------------------------------------------------------------------
+
+
+def _one(message: Message) -> BaseMessage:
+    stash = message.metadata.get(_KEY)
+    lc: dict[str, Any] = dict(stash) if isinstance(stash, dict) else {}
+    kind = lc.pop("type", _TYPE_OF[message.role])
+    data: dict[str, Any] = {"content": lc.pop("content") if "content" in lc
+                            else _canonical(message.content)}
+    data["name"] = lc.pop("name") if "name" in lc else message.name
+    data["id"] = lc.pop("id", None)
+    if kind in ("ai", "AIMessageChunk"):
+        if "tool_calls" in lc:
+            data["tool_calls"] = lc.pop("tool_calls")
+        else:
+            calls, invalid = [], []
+            for c in message.tool_calls or ():
+                try:
+                    args = json.loads(c.arguments)
+                except ValueError:
+                    args = None
+                if isinstance(args, dict):
+                    calls.append(_lc_call(c))
+                else:
+                    invalid.append({"name": c.name, "args": c.arguments, "id": c.id,
+                                    "error": None, "type": "invalid_tool_call"})
+            data["tool_calls"] = calls
+            if invalid and "invalid_tool_calls" not in lc:
+                data["invalid_tool_calls"] = invalid
+    if message.role == "tool":
+        data["tool_call_id"] = message.tool_call_id
+    if message.role == "developer" and kind == "system" and "additional_kwargs" not in lc:
+        data["additional_kwargs"] = {_DEVELOPER: "developer"}
+    if kind in ("chat", "ChatMessageChunk") and "role" not in lc:
+        data["role"] = message.role
+    data.update(lc)
+    return messages_from_dict([{"type": kind, "data": data}])[0]
+
+
+def from_memstore(messages: Iterable[Message]) -> list[BaseMessage]:
+    """Convert memstore messages into LangChain messages (one for one)."""
+    return [_one(m) for m in messages]
+
+
+# ---- the history -----------------------------------------------------------------------------
+
+
+class MemstoreChatMessageHistory(BaseChatMessageHistory):
+    """A LangChain chat message history stored in memstore.
+
+    ``messages`` / ``aget_messages()`` return the window of ``view`` (default: every
+    complete unit) followed by the turn in progress: when the newest stored message
+    is an ``AIMessage`` whose tool calls are not all answered, it comes back with the
+    results stored so far, so the ``ToolMessage`` that ``RunnableWithMessageHistory``
+    is about to add answers a call the model is shown. A session that was never
+    written is ``[]``. ``add_messages`` writes a batch in one transaction.
+
+    Args:
+        session_id: the memstore conversation id.
+        store: a MemoryStore or an AsyncMemoryStore (async methods only).
+        view: the view deciding what ``messages`` returns; default: every complete
+            unit (``UnboundedView``).
+
+    Example:
+        >>> from memstore import MemoryStore, TokenLimitedView
+        >>> from memstore.integrations.langchain import MemstoreChatMessageHistory
+        >>> history = MemstoreChatMessageHistory(
+        ...     "session-1", MemoryStore("sqlite://"), view=TokenLimitedView(token_limit=4000))
+        >>> history.add_user_message("Hello")
+        >>> [m.content for m in history.messages]
+        ['Hello']
+    """
+
+    def __init__(self, session_id: str, store: AnyStore, *,
+                 view: ContextView | None = None) -> None:
+        super().__init__()
+        self._store = check_store(store, "MemstoreChatMessageHistory")
+        self._view = check_view(view, "MemstoreChatMessageHistory")
+        if not isinstance(session_id, str) or not session_id:
+            raise InvalidInputError("session_id must be a non-empty string")
+        self.session_id = session_id
+
+    @property
+    def store(self) -> AnyStore:
+        """The store the history reads and writes."""
+        return self._store
+
+    @property
+    def view(self) -> ContextView:
+        """The view deciding what ``messages`` returns."""
+        return self._view
+
+    def _sync_store(self, method: str) -> MemoryStore:
+        if isinstance(self._store, AsyncMemoryStore):
+            raise ConfigurationError(
+                f"MemstoreChatMessageHistory.{method} is synchronous but the store is an "
+                "AsyncMemoryStore: use the async methods (aget_messages, aadd_messages, "
+                "aclear; RunnableWithMessageHistory.ainvoke), or give a MemoryStore"
+            )
+        return self._store
+
+    @property
+    def messages(self) -> list[BaseMessage]:  # type: ignore[override]
+        """The view's window plus the turn in progress, as LangChain messages.
+
+        Raises:
+            ContextBudgetError: a budgeted view cannot fit the anchored messages and
+                the newest unit.
+            ConfigurationError: the store is an AsyncMemoryStore (use aget_messages).
+        """
+        store = self._sync_store("messages")
+        return from_memstore(read_history_sync(store, self.session_id, self._view))
+
+    async def aget_messages(self) -> list[BaseMessage]:
+        """Async :attr:`messages`."""
+        return from_memstore(await read_history(self._store, self.session_id, self._view))
+
+    def add_messages(self, messages: Sequence[BaseMessage]) -> None:
+        """Store ``messages`` in one transaction (nothing is written if one is invalid)."""
+        converted = [to_memstore(m) for m in messages]
+        store = self._sync_store("add_messages")
+        if converted:
+            store.extend(self.session_id, converted)
+
+    async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
+        """Async :meth:`add_messages`."""
+        converted = [to_memstore(m) for m in messages]
+        if not converted:
+            return
+        if isinstance(self._store, AsyncMemoryStore):
+            await self._store.extend(self.session_id, converted)
+        else:
+            self._store.extend(self.session_id, converted)
+
+    def clear(self) -> None:
+        """Delete every message of the session (a never-written one is a no-op)."""
+        store = self._sync_store("clear")
+        with contextlib.suppress(ConversationNotFoundError):
+            store.clear(self.session_id)
+
+    async def aclear(self) -> None:
+        """Async :meth:`clear`."""
+        with contextlib.suppress(ConversationNotFoundError):
+            if isinstance(self._store, AsyncMemoryStore):
+                await self._store.clear(self.session_id)
+            else:
+                self._store.clear(self.session_id)

@@ -1,0 +1,415 @@
+"""OpenAI Agents SDK integration: a memstore-backed ``Session`` for ``Runner.run``.
+
+Install with ``pip install 'memstore[openai-agents]'``::
+
+    from agents import Agent, Runner
+    from memstore import AsyncMemoryStore, TokenLimitedView
+    from memstore.integrations.openai_agents import MemstoreSession
+
+    store = AsyncMemoryStore("sqlite:///agents.db")
+    session = MemstoreSession("user-42", store, view=TokenLimitedView(8000))
+    result = await Runner.run(agent, "Hello", session=session)
+
+How items are stored. The SDK's items are Responses API input items. Each one is
+kept verbatim (an equal dict comes back) in the ``metadata["openai_agents"]`` of the
+memstore message that holds it, and the message's chat fields are the item's chat
+equivalent, which is what memstore counts and windows:
+
+- a user, system or developer message item → one message of that role;
+- the items of one model response — reasoning, assistant messages, function calls
+  and any other item the model produced (hosted tool calls, ...) — → **one**
+  assistant message: the text of its messages as content and one tool call per
+  ``function_call`` (``call_id`` is the tool-call id), so parallel calls are one
+  assistant message with several calls;
+- a ``function_call_output`` → one tool message answering its ``call_id``.
+  Other ``*_call``/``*_call_output`` pairs with a ``call_id`` (computer, shell,
+  custom tools, ...) map the same way, so views never separate them either.
+
+Item ids are not used as message ids: the SDK reuses them (``"1"``, a scripted
+model's constant id), so they are not idempotency keys. A model response may be
+written in several ``add_items`` calls (with tool approval the call is written, the
+run stops, and its output comes in a later call — possibly from another process):
+items that continue the newest stored model response are merged into it, and a
+tool call and its output written in different calls still form one unit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from memstore.aio import AsyncMemoryStore
+from memstore.errors import ConfigurationError, ConversationNotFoundError, InvalidInputError
+from memstore.models import Message, StoredMessage, TextPart, ToolCall
+from memstore.store import MemoryStore
+from memstore.views import ContextView, UnboundedView
+
+__all__ = ["MemstoreSession", "items_to_messages", "messages_to_items"]
+
+#: The metadata key holding a message's original items.
+METADATA_KEY = "openai_agents"
+_PAGE = 200
+_T = TypeVar("_T")
+
+Item = dict[str, Any]
+
+
+# ---- items <-> messages --------------------------------------------------------------------
+
+
+def _kind(item: Mapping[str, Any]) -> str:
+    """``input`` (user/system/developer), ``output`` (a call's result) or ``model``."""
+    item_type = item.get("type")
+    if item_type is None or item_type == "message":
+        role = item.get("role")
+        if role in ("user", "system", "developer"):
+            return "input"
+        if role == "assistant":
+            return "model"
+        raise InvalidInputError(f"message item has an unknown role: {role!r}")
+    if not isinstance(item_type, str):
+        raise InvalidInputError(f"item type must be a string, got {item_type!r}")
+    if item_type.endswith("_call_output") and isinstance(item.get("call_id"), str):
+        return "output"
+    return "model"
+
+
+def _is_call(item: Mapping[str, Any]) -> bool:
+    item_type = item.get("type")
+    return (isinstance(item_type, str) and item_type.endswith("_call")
+            and isinstance(item.get("call_id"), str))
+
+
+def _text_of(value: Any) -> str:
+    """The text of an item's content or output (strings, text parts, refusals)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        texts = []
+        for part in value:
+            if isinstance(part, Mapping):
+                text = part.get("text", part.get("refusal"))
+                if isinstance(text, str):
+                    texts.append(text)
+        return "".join(texts)
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _input_content(item: Mapping[str, Any], role: str) -> Any:
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise InvalidInputError(f"{role} message item content must be a string or a list")
+    parts: list[Any] = []
+    for part in content:
+        part_type = part.get("type") if isinstance(part, Mapping) else None
+        if part_type in ("input_text", "output_text", "text"):
+            parts.append(TextPart(text=str(part.get("text", ""))))
+        elif (part_type == "input_image" and role == "user"
+              and isinstance(part.get("image_url"), str)):
+            detail = part.get("detail")
+            image: dict[str, Any] = {"url": part["image_url"]}
+            if detail in ("auto", "low", "high"):
+                image["detail"] = detail
+            parts.append({"type": "image_url", "image_url": image})
+        else:
+            # files, audio, images by file id: no chat equivalent; the item keeps them
+            parts.append(TextPart(text=f"[{part_type or 'content'}]"))
+    return parts
+
+
+def _call_of(item: Mapping[str, Any]) -> ToolCall:
+    arguments = item.get("arguments", item.get("input"))
+    if not isinstance(arguments, str):
+        rest = {k: v for k, v in item.items()
+                if k not in ("type", "id", "call_id", "name", "status")}
+        arguments = json.dumps(rest, sort_keys=True, default=str)
+    name = item.get("name")
+    return ToolCall(id=item["call_id"],
+                    name=name if isinstance(name, str) and name else str(item["type"]),
+                    arguments=arguments)
+
+
+def _model_message(items: list[Item]) -> Message:
+    texts = [_text_of(i.get("content")) for i in items
+             if i.get("type") in (None, "message") and i.get("role") == "assistant"]
+    calls = [_call_of(i) for i in items if _is_call(i)]
+    return Message(role="assistant", content="".join(texts), tool_calls=calls or None,
+                   metadata={METADATA_KEY: {"items": items}})
+
+
+def _single_message(item: Item) -> Message:
+    meta = {METADATA_KEY: {"items": [item]}}
+    if _kind(item) == "output":
+        output = item.get("output")
+        return Message(role="tool", content=_text_of(output), tool_call_id=item["call_id"],
+                       metadata=meta)
+    role = str(item["role"])
+    return Message.model_validate({"role": role, "content": _input_content(item, role),
+                                   "metadata": meta})
+
+
+def _plain(item: Any) -> Item:
+    """A JSON copy of an item (SDK items may be pydantic models or TypedDicts)."""
+    if hasattr(item, "model_dump"):
+        item = item.model_dump(exclude_unset=True)
+    if not isinstance(item, Mapping):
+        raise InvalidInputError(f"an item must be a dict, not {type(item).__name__}")
+    try:
+        plain = json.loads(json.dumps(item))
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"an item must be JSON data: {exc}") from exc
+    if plain != item:
+        raise InvalidInputError("an item must be JSON data (it changed in a JSON round trip)")
+    return plain  # type: ignore[no-any-return]
+
+
+def items_to_messages(items: Iterable[Any]) -> list[Message]:
+    """Convert SDK input items to the memstore messages that store them.
+
+    Consecutive items of one model response become one assistant message; each
+    user/system/developer item and each call output is a message of its own.
+
+    Raises:
+        InvalidInputError: an item is not a JSON object, or has an unknown role.
+        pydantic.ValidationError: an item's chat equivalent is invalid (e.g. a call
+            without ``call_id``).
+    """
+    messages: list[Message] = []
+    group: list[Item] = []
+    for raw in items:
+        item = _plain(raw)
+        if _kind(item) == "model":
+            group.append(item)
+            continue
+        if group:
+            messages.append(_model_message(group))
+            group = []
+        messages.append(_single_message(item))
+    if group:
+        messages.append(_model_message(group))
+    return messages
+
+
+def _items_of(message: StoredMessage | Message) -> list[Item]:
+    """The items a message was written from (or its equivalent items)."""
+    data = message.metadata.get(METADATA_KEY)
+    if isinstance(data, Mapping) and isinstance(data.get("items"), list):
+        return copy.deepcopy(data["items"])  # type: ignore[arg-type]
+    if message.role == "tool":
+        return [{"type": "function_call_output", "call_id": message.tool_call_id,
+                 "output": message.text}]
+    if message.role == "assistant":
+        items: list[Item] = []
+        if message.text or not message.tool_calls:
+            items.append({"role": "assistant", "content": message.text})
+        for call in message.tool_calls or ():
+            items.append({"type": "function_call", "call_id": call.id, "name": call.name,
+                          "arguments": call.arguments})
+        return items
+    content: Any = message.content
+    if isinstance(content, list):
+        content = [{"type": "input_text", "text": p.text} if isinstance(p, TextPart)
+                   else {"type": "input_image", "image_url": p.image_url.url,
+                         "detail": p.image_url.detail or "auto"}
+                   for p in content]
+    return [{"role": message.role, "content": content}]
+
+
+def messages_to_items(messages: Iterable[StoredMessage | Message]) -> list[Item]:
+    """Convert memstore messages back to SDK input items (the stored items, verbatim).
+
+    A message that the session did not write gets equivalent items: user/system/
+    developer messages, an assistant message plus one ``function_call`` per tool call,
+    and one ``function_call_output`` per tool message.
+    """
+    return [item for message in messages for item in _items_of(message)]
+
+
+def _is_model_group(message: StoredMessage) -> bool:
+    data = message.metadata.get(METADATA_KEY)
+    return (message.role == "assistant" and isinstance(data, Mapping)
+            and isinstance(data.get("items"), list))
+
+
+# ---- the session ---------------------------------------------------------------------------
+
+
+class MemstoreSession:
+    """The OpenAI Agents SDK ``Session`` protocol over one memstore conversation.
+
+    Without ``view``, ``get_items()`` returns every stored item, in order, exactly as
+    it was added (like the SDK's ``SQLiteSession``), and ``limit`` is the number of
+    newest items. With a view, ``get_items()`` returns the view's window — the
+    token-budgeted history, whole tool-call units only (an unanswered call or a
+    result without its call is left out, so the window stays valid for the model
+    whatever the runner appends) — and a ``limit`` then keeps the newest whole units
+    holding at most ``limit`` items. ``get_items(limit=0)`` is ``[]``; a session that
+    was never written is empty.
+
+    Items without a chat equivalent (reasoning, web search calls, ...) are not
+    counted toward a view's budget beyond their response's text and calls.
+
+    Args:
+        session_id: the memstore conversation id (created on the first write).
+        store: a :class:`~memstore.MemoryStore` (its calls run in a worker thread) or
+            an :class:`~memstore.AsyncMemoryStore`.
+        view: the view ``get_items()`` reads through (default: every stored item).
+        session_settings: the SDK's ``SessionSettings`` (its ``limit`` is the default
+            ``limit`` the runner passes), when the installed SDK has them.
+
+    Raises:
+        ConfigurationError: an invalid store or view.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        store: MemoryStore | AsyncMemoryStore,
+        *,
+        view: ContextView | None = None,
+        session_settings: Any = None,
+    ) -> None:
+        if not isinstance(store, (MemoryStore, AsyncMemoryStore)):
+            raise ConfigurationError(
+                f"store must be a MemoryStore or an AsyncMemoryStore, not {type(store).__name__}"
+            )
+        if view is not None and not isinstance(view, ContextView):
+            raise ConfigurationError(f"view must be a memstore view, not {type(view).__name__}")
+        # store.context validates the id (and the view) without touching the database
+        self.session_id: str = store.context(session_id, view or UnboundedView()).conversation_id
+        self.store = store
+        self.view = view
+        self.session_settings = session_settings
+
+    # ---- running store calls -------------------------------------------------------------
+
+    async def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        method: Callable[..., Any] = getattr(self.store, name)
+        if isinstance(self.store, AsyncMemoryStore):
+            return await method(*args, **kwargs)
+        return await asyncio.to_thread(method, *args, **kwargs)
+
+    async def _or_empty(self, name: str, empty: _T, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await self._call(name, self.session_id, *args, **kwargs)
+        except ConversationNotFoundError:
+            return empty
+
+    # ---- Session protocol ----------------------------------------------------------------
+
+    async def get_items(self, limit: int | None = None) -> list[Item]:
+        """The session's history as SDK input items, chronological.
+
+        Args:
+            limit: at most this many of the newest items (see the class doc for how a
+                view applies it); ``None``: all (or the view's whole window).
+
+        Raises:
+            ContextBudgetError: with a budgeted view, the anchored messages and the
+                newest unit do not fit.
+        """
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)
+                                  or limit < 0):
+            raise InvalidInputError(f"limit must be None or an integer >= 0, got {limit!r}")
+        if limit == 0:
+            return []
+        if self.view is None:
+            return await self._newest_items(limit)
+        window = await self._or_empty("window", None, self.view)
+        if window is None:
+            return []
+        messages: list[StoredMessage | Message] = list(window.messages)
+        if limit is not None:
+            messages = _newest_units(messages, limit)
+        return messages_to_items(messages)
+
+    async def _newest_items(self, limit: int | None) -> list[Item]:
+        if limit is None:
+            pages: list[StoredMessage] = []
+            start: int | None = None
+            while True:
+                page = await self._or_empty("messages", [], start=start, limit=_PAGE)
+                pages.extend(page)
+                if len(page) < _PAGE:
+                    return messages_to_items(pages)
+                start = page[-1].seq + 1
+        items: list[Item] = []
+        stop: int | None = None
+        while len(items) < limit:
+            page = await self._or_empty("messages", [], stop=stop, limit=limit,
+                                        newest_first=True)
+            for message in page:
+                items[:0] = _items_of(message)
+            if len(page) < limit:
+                break
+            stop = page[-1].seq
+        return items[-limit:]
+
+    async def add_items(self, items: list[Any]) -> None:
+        """Store items at the end of the session, in one transaction.
+
+        Items that continue the newest stored model response (its calls, reasoning or
+        text written in a later call) are merged into that response's message.
+
+        Raises:
+            InvalidInputError: an item is not a JSON object or has an unknown role
+                (nothing is written).
+        """
+        plain = [_plain(item) for item in items]
+        if not plain:
+            return
+        messages = items_to_messages(plain)
+        if _kind(plain[0]) == "model":
+            newest = await self._or_empty("messages", [], limit=1, newest_first=True)
+            if newest and _is_model_group(newest[0]):
+                popped = await self._call("pop", self.session_id, 1)
+                if popped and popped[0].id == newest[0].id:
+                    messages = items_to_messages(_items_of(popped[0]) + plain)
+                else:  # another writer got there first: put its message back, do not merge
+                    messages = items_to_messages(messages_to_items(popped) + plain)
+        await self._call("extend", self.session_id, messages)
+
+    async def pop_item(self) -> Item | None:
+        """Remove and return the newest item (``None`` when the session is empty).
+
+        When the newest message holds several items of one model response, it is
+        rewritten without its last item.
+        """
+        popped = await self._or_empty("pop", [], 1)
+        if not popped:
+            return None
+        items = _items_of(popped[0])
+        if len(items) > 1:
+            await self._call("extend", self.session_id, items_to_messages(items[:-1]))
+        return items[-1]
+
+    async def clear_session(self) -> None:
+        """Delete every item of the session."""
+        await self._or_empty("clear", 0)
+
+
+def _newest_units(messages: Sequence[StoredMessage | Message], limit: int
+                  ) -> list[StoredMessage | Message]:
+    """The newest whole units of a window holding at most ``limit`` items."""
+    units: list[list[StoredMessage | Message]] = []
+    for message in messages:
+        if message.role == "tool" and units and units[-1][0].tool_calls:
+            units[-1].append(message)
+        else:
+            units.append([message])
+    kept: list[StoredMessage | Message] = []
+    count = 0
+    for unit in reversed(units):
+        size = sum(len(_items_of(m)) for m in unit)
+        if count + size > limit:
+            break
+        kept[:0] = unit
+        count += size
+    return kept

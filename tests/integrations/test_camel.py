@@ -1,0 +1,400 @@
+"""MemstoreAgentMemory driven by CAMEL's own ChatAgent, on SQLite and Postgres."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memstore import (
+    AsyncMemoryStore,
+    ConfigurationError,
+    FixedCounter,
+    InvalidInputError,
+    MemoryStore,
+    Message,
+    StoredMessage,
+    TokenLimitedView,
+    UnboundedView,
+)
+from tests.helpers import call
+from tests.integrations import assert_openai_history_valid, require
+
+require("camel")
+from camel.agents import ChatAgent  # noqa: E402
+from camel.memories import ContextRecord, MemoryRecord  # noqa: E402
+from camel.messages import BaseMessage, FunctionCallingMessage  # noqa: E402
+from camel.models.stub_model import StubModel  # noqa: E402
+from camel.types import (  # noqa: E402
+    ChatCompletion,
+    ChatCompletionMessage,
+    Choice,
+    CompletionUsage,
+    ModelType,
+    OpenAIBackendRole,
+    RoleType,
+)
+
+from memstore.integrations.camel import (  # noqa: E402
+    MemstoreAgentMemory,
+    message_to_record,
+    record_to_message,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+COUNTER = FixedCounter(per_message=3, per_word=1, per_tool_call=2, priming=3)
+
+
+# ---- a stub model backend with canned replies (CAMEL's StubModel, scripted) ----------------
+
+
+class ScriptedModel(StubModel):
+    """Returns canned ChatCompletions in order and records the messages it was sent."""
+
+    def __init__(self, replies: list[dict[str, Any]]) -> None:
+        super().__init__(ModelType.STUB)
+        self.replies = list(replies)
+        self.seen: list[list[dict[str, Any]]] = []
+
+    def _reply(self, messages: Any) -> ChatCompletion:
+        self.seen.append(json.loads(json.dumps([dict(m) for m in messages])))
+        reply = self.replies.pop(0)
+        message = ChatCompletionMessage(role="assistant", content=reply.get("content"),
+                                        tool_calls=reply.get("tool_calls"))
+        reason = "tool_calls" if reply.get("tool_calls") else "stop"
+        return ChatCompletion(
+            id="stub", model="stub", object="chat.completion", created=0,
+            choices=[Choice(finish_reason=reason, index=0, message=message, logprobs=None)],
+            usage=CompletionUsage(completion_tokens=1, prompt_tokens=1, total_tokens=2))
+
+    def _run(self, messages: Any, response_format: Any = None, tools: Any = None) -> Any:
+        return self._reply(messages)
+
+    async def _arun(self, messages: Any, response_format: Any = None, tools: Any = None) -> Any:
+        return self._reply(messages)
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: the first.
+        b: the second.
+    """
+    return a + b
+
+
+def tool_call(call_id: str, a: int, b: int) -> dict[str, Any]:
+    return {"id": call_id, "type": "function",
+            "function": {"name": "add", "arguments": json.dumps({"a": a, "b": b})}}
+
+
+def reopen(store: Any, db_url: str) -> Any:
+    if isinstance(store, AsyncMemoryStore):
+        return AsyncMemoryStore(db_url, counter=COUNTER)
+    return MemoryStore(db_url, counter=COUNTER)
+
+
+def agent_for(memory: MemstoreAgentMemory, model: ScriptedModel) -> ChatAgent:
+    return ChatAgent("You add numbers.", model=model, memory=memory, tools=[add],
+                     summarize_threshold=None)
+
+
+# ---- driven by ChatAgent -------------------------------------------------------------------
+
+
+async def test_chat_agent_resumes_after_a_restart(store: Any, db_url: str) -> None:
+    model = ScriptedModel([{"tool_calls": [tool_call("c1", 1, 2), tool_call("c2", 3, 4)]},
+                           {"content": "3 and 7"}, {"content": "you are welcome"}])
+    agent = agent_for(MemstoreAgentMemory("chat-1", store, token_limit=4000), model)
+    assert (await agent.astep("add 1+2 and 3+4")).msgs[0].content == "3 and 7"
+    await agent.astep("thanks")
+    before = model.seen[-1] + [{"role": "assistant", "content": "you are welcome"}]
+    stored = await call(store.messages("chat-1"))
+    assert [m.role for m in stored] == ["system", "user", "assistant", "tool", "tool",
+                                       "assistant", "user", "assistant"]
+    assert stored[2].tool_call_ids == ("c1", "c2")
+    del agent, model, stored
+
+    again = reopen(store, db_url)
+    try:
+        model2 = ScriptedModel([{"content": "you asked for two sums"}])
+        agent2 = agent_for(MemstoreAgentMemory("chat-1", again, token_limit=4000), model2)
+        await agent2.astep("what did I ask?")
+        seen = model2.seen[0]
+        # the agent's construction did not wipe the history nor repeat its system message
+        assert seen == [*before, {"role": "user", "content": "what did I ask?"}]
+        assert_openai_history_valid(seen)
+        assert [r.memory_record.role_at_backend for r in agent2.memory.retrieve()].count(
+            OpenAIBackendRole.SYSTEM) == 1
+    finally:
+        await call(again.close())
+
+
+async def test_chat_agent_accepts_the_budgeted_window(store: Any) -> None:
+    replies: list[dict[str, Any]] = []
+    for n in range(4):
+        replies += [{"tool_calls": [tool_call(f"c{n}a", n, 1), tool_call(f"c{n}b", n, 2)]},
+                    {"content": f"sums of turn {n} are ready"}]
+    model = ScriptedModel(replies)
+    memory = MemstoreAgentMemory("chat-2", store, token_limit=70)
+    agent = agent_for(memory, model)
+    for n in range(4):
+        await agent.astep(f"turn {n}: add my numbers please")
+    # every request the model received was valid chat within the budget
+    for messages in model.seen:
+        assert_openai_history_valid(messages)
+        assert messages[0] == {"role": "system", "content": "You add numbers."}
+        assert COUNTER.count_messages([Message.from_openai(m) for m in messages]) <= 70
+    last = model.seen[-1]
+    assert last[-1]["role"] == "tool"  # the newest unit is kept whole
+    assert len(last) < len(await call(store.messages("chat-2")))  # and the window was cut
+    messages, tokens = memory.get_context()
+    assert_openai_history_valid(messages)
+    assert tokens <= 70
+
+
+# ---- the AgentMemory contract --------------------------------------------------------------
+
+
+async def test_empty_memory(store: Any) -> None:
+    memory = MemstoreAgentMemory("never-written", store)
+    assert memory.get_context() == ([], 0)
+    assert memory.retrieve() == []
+    assert memory.pop_records(3) == []
+    assert memory.remove_records_by_indices([0]) == []
+    memory.clean_tool_calls()
+    memory.clear()
+    assert memory.get_context_creator().token_limit == ModelType.DEFAULT.token_limit
+
+
+def _records() -> list[MemoryRecord]:
+    def msg(role: RoleType, text: str, meta: Any = None) -> BaseMessage:
+        return BaseMessage(role_name=role.value, role_type=role, meta_dict=meta, content=text)
+
+    return [
+        MemoryRecord(message=msg(RoleType.ASSISTANT, "sys"),
+                     role_at_backend=OpenAIBackendRole.SYSTEM),
+        MemoryRecord(message=msg(RoleType.USER, "q"), role_at_backend=OpenAIBackendRole.USER),
+        MemoryRecord(message=msg(RoleType.ASSISTANT, "", {"tool_calls": [tool_call("k", 1, 1)]}),
+                     role_at_backend=OpenAIBackendRole.ASSISTANT),
+        MemoryRecord(message=FunctionCallingMessage(
+            role_name="a", role_type=RoleType.ASSISTANT, meta_dict=None, content="",
+            func_name="add", result=2, tool_call_id="k"),
+            role_at_backend=OpenAIBackendRole.FUNCTION),
+        MemoryRecord(message=msg(RoleType.ASSISTANT, "two"),
+                     role_at_backend=OpenAIBackendRole.ASSISTANT),
+    ]
+
+
+async def test_pop_remove_clean_and_clear(store: Any) -> None:
+    memory = MemstoreAgentMemory("contract", store, agent_id="agent-7")
+    records = _records()
+    memory.write_records(records)
+    memory.write_records(records[1:2])  # the same record again: stored once
+    assert len(memory.retrieve()) == 5
+    assert {r.memory_record.agent_id for r in memory.retrieve()} == {"agent-7"}
+    with pytest.raises(TypeError):
+        memory.pop_records("2")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        memory.pop_records(-1)
+    assert memory.pop_records(0) == []
+    popped = memory.pop_records(1)
+    assert [r.uuid for r in popped] == [records[4].uuid]
+    memory.clean_tool_calls()
+    assert [r.memory_record.uuid for r in memory.retrieve()] == [records[0].uuid,
+                                                                 records[1].uuid]
+    memory.write_records(records[2:])
+    removed = memory.remove_records_by_indices([0, 1, 99])  # index 0 is the system record
+    assert [r.uuid for r in removed] == [records[1].uuid]
+    assert [r.uuid for r in memory.pop_records(10)] == [r.uuid for r in records[2:]]
+    assert [r.memory_record.uuid for r in memory.retrieve()] == [records[0].uuid]
+    memory.clear()
+    assert memory.retrieve() == []
+
+
+async def test_scores_follow_camels_rule(store: Any) -> None:
+    memory = MemstoreAgentMemory("scores", store, keep_rate=0.5)
+    records = _records()
+    records[1].extra_info["score"] = "4"
+    memory.write_records(records)
+    scores = [round(r.score, 6) for r in memory.retrieve()]
+    assert scores == [1.0, 4 * 0.5 ** 4, 0.5 ** 3, 0.5 ** 2, 0.5]
+    with pytest.raises(InvalidInputError):
+        memory.write_records([MemoryRecord(
+            message=BaseMessage("u", RoleType.USER, None, "x"),
+            role_at_backend=OpenAIBackendRole.USER, extra_info={"score": "high"})])
+
+
+async def test_create_context_selects_like_get_context(store: Any) -> None:
+    view = TokenLimitedView(token_limit=40)
+    memory = MemstoreAgentMemory("creator", store, view=view)
+    question = MemoryRecord(message=BaseMessage("u", RoleType.USER, None,
+                                                "a longer question " * 3),
+                            role_at_backend=OpenAIBackendRole.USER)
+    records = [*_records(), question]
+    memory.write_records(records)
+    creator = memory.get_context_creator()
+    assert creator.token_limit == 40
+    context = [ContextRecord(memory_record=r, score=1.0) for r in records]
+    assert creator.create_context(context) == memory.get_context()
+    assert creator.token_counter.count_tokens_from_messages(memory.get_context()[0]) == \
+        memory.get_context()[1]
+
+
+def test_bad_configuration() -> None:
+    with MemoryStore("sqlite://", counter=COUNTER) as store:
+        with pytest.raises(ConfigurationError):
+            MemstoreAgentMemory("c", store, view=UnboundedView(), token_limit=10)
+        with pytest.raises(ConfigurationError):
+            MemstoreAgentMemory("c", object())  # type: ignore[arg-type]
+        with pytest.raises(ValueError):
+            MemstoreAgentMemory("", store)
+    with pytest.raises(ConfigurationError):
+        MemstoreAgentMemory("c", AsyncMemoryStore("sqlite://", counter=COUNTER))
+
+
+# ---- round trips ---------------------------------------------------------------------------
+
+_text = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"),
+                max_size=20)
+
+
+@st.composite
+def records(draw: st.DrawFn) -> MemoryRecord:
+    kind = draw(st.sampled_from(["system", "developer", "user", "user_images", "assistant",
+                                 "assistant_calls", "function", "legacy_call"]))
+    extra = draw(st.dictionaries(st.sampled_from(["source", "topic"]), _text, max_size=2))
+    common: dict[str, Any] = {
+        "uuid": uuid.UUID(int=draw(st.integers(0, 2**128 - 1))),
+        "timestamp": draw(st.floats(0, 2e9, allow_nan=False)),
+        "agent_id": draw(st.sampled_from(["", "agent-1"])),
+        "extra_info": extra,
+    }
+    role_name = draw(st.sampled_from(["assistant", "User", "critic"]))
+    content = draw(_text)
+    if kind in ("system", "developer", "user", "assistant"):
+        role_type = RoleType.USER if kind == "user" else RoleType.ASSISTANT
+        return MemoryRecord(message=BaseMessage(role_name, role_type, None, content),
+                            role_at_backend=OpenAIBackendRole(kind), **common)
+    if kind == "user_images":
+        urls = draw(st.lists(st.sampled_from(["https://e.x/a.png", "https://e.x/b.jpg"]),
+                             min_size=1, max_size=2))
+        message = BaseMessage(role_name, RoleType.USER, None, content, image_list=urls,
+                              image_detail=draw(st.sampled_from(["auto", "low", "high"])))
+        return MemoryRecord(message=message, role_at_backend=OpenAIBackendRole.USER, **common)
+    if kind == "assistant_calls":
+        calls = [tool_call(f"call{i}", i, i) for i in range(draw(st.integers(1, 3)))]
+        if draw(st.booleans()):
+            calls[0]["extra_content"] = {"google": {"thought_signature": "sig"}}
+        return MemoryRecord(message=BaseMessage(role_name, RoleType.ASSISTANT,
+                                                {"tool_calls": calls}, content),
+                            role_at_backend=OpenAIBackendRole.ASSISTANT, **common)
+    if kind == "function":
+        message = FunctionCallingMessage(
+            role_name=role_name, role_type=RoleType.ASSISTANT, meta_dict=None, content="",
+            func_name="add", result=draw(st.one_of(st.integers(), _text)),
+            tool_call_id="call0", mask_output=draw(st.booleans()))
+        return MemoryRecord(message=message, role_at_backend=OpenAIBackendRole.FUNCTION,
+                            **common)
+    message = FunctionCallingMessage(
+        role_name=role_name, role_type=RoleType.ASSISTANT, meta_dict=None, content=content,
+        func_name="add", args={"a": 1}, tool_call_id="call0")
+    return MemoryRecord(message=message, role_at_backend=OpenAIBackendRole.ASSISTANT, **common)
+
+
+@settings(max_examples=60, derandomize=True, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(record=records())
+def test_records_round_trip(record: MemoryRecord) -> None:
+    message = record_to_message(record)
+    assert message.id == str(record.uuid)
+    stored = StoredMessage.model_validate({
+        **message.model_dump(), "conversation_id": "c", "seq": 1,
+        "created_at": datetime.now(timezone.utc), "token_count": 1, "token_counter": "x"})
+    back = message_to_record(stored)
+    assert back.to_dict() == MemoryRecord.from_dict(json.loads(json.dumps(
+        record.to_dict(), default=str))).to_dict()
+    if record.role_at_backend != OpenAIBackendRole.DEVELOPER:  # CAMEL cannot render those
+        assert back.to_openai_message() == record.to_openai_message()
+
+
+async def test_records_round_trip_through_the_store(store: Any) -> None:
+    memory = MemstoreAgentMemory("round", store)
+    written = _records()
+    memory.write_records(written)
+    assert [r.memory_record.to_dict() for r in memory.retrieve()] == [
+        r.to_dict() for r in written]
+
+
+# ---- the documented example runs -----------------------------------------------------------
+
+
+def test_docs_example_runs(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.chdir(tmp_path)
+    page = (ROOT / "docs" / "integrations" / "camel.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.S)
+    assert blocks
+    model = ScriptedModel([{"tool_calls": [tool_call("c1", 2, 3)]}, {"content": "5"},
+                           {"content": "You asked for 2 + 3."}])
+    namespace: dict[str, Any] = {"__name__": "__docs__", "model": model}
+    for block in blocks:
+        exec(compile(block, "camel.md", "exec"), namespace)
+    assert namespace["response"].msgs[0].content == "You asked for 2 + 3."
+    assert model.seen[-1][1] == {"role": "user", "content": "What is 2 + 3?"}
+
+
+async def test_overflow_ends_the_step_like_camels_own_memory(store: Any) -> None:
+    model = ScriptedModel([{"content": "never sent"}])
+    agent = agent_for(MemstoreAgentMemory("tiny", store, token_limit=12), model)
+    response = await agent.astep("this question is far too long for a twelve token budget")
+    assert response.terminated
+    assert response.info["termination_reasons"] == ["max_tokens_exceeded"]
+    assert model.seen == []
+
+
+async def test_image_records_round_trip_through_the_store(store: Any) -> None:
+    from io import BytesIO
+
+    from PIL import Image
+
+    buffer = BytesIO()
+    Image.new("RGB", (2, 2), (255, 0, 0)).save(buffer, format="PNG")
+    image = Image.open(BytesIO(buffer.getvalue()))
+    record = MemoryRecord(
+        message=BaseMessage("User", RoleType.USER, None, "what colour?",
+                            image_list=[image, "https://e.x/a.png"], image_detail="low"),
+        role_at_backend=OpenAIBackendRole.USER)
+    memory = MemstoreAgentMemory("images", store)
+    memory.write_records([record])
+    back = memory.retrieve()[0].memory_record
+    assert back.to_dict() == record.to_dict()
+    assert back.to_openai_message() == record.to_openai_message()
+    stored = (await call(store.messages("images")))[0]
+    assert [p.type for p in stored.content] == ["text", "image_url", "image_url"]
+    assert memory.get_context()[0] == [record.to_openai_message()]
+
+
+async def test_assigning_the_memory_keeps_the_history(store: Any) -> None:
+    first = agent_for(MemstoreAgentMemory("assigned", store),
+                      ScriptedModel([{"content": "hello"}]))
+    await first.astep("hi")
+    before = [r.memory_record.uuid for r in first.memory.retrieve()]
+    model = ScriptedModel([{"content": "still here"}])
+    agent = ChatAgent("You add numbers.", model=model, summarize_threshold=None)
+    agent.memory = MemstoreAgentMemory("assigned", store)
+    await agent.astep("again")
+    after = [r.memory_record for r in agent.memory.retrieve()]
+    uuids = [r.uuid for r in after]
+    assert uuids[0] == before[0] and uuids[2:4] == before[1:]
+    assert after[1].role_at_backend == OpenAIBackendRole.SYSTEM  # CAMEL adds its own again
+    assert len(after) == 6
+    assert model.seen[0][-1] == {"role": "user", "content": "again"}
+    assert_openai_history_valid(model.seen[0])

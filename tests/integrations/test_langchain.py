@@ -1,0 +1,318 @@
+"""LangChain: MemstoreChatMessageHistory in RunnableWithMessageHistory with a fake chat model."""
+
+from __future__ import annotations
+
+import gc
+import itertools
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memstore import (
+    ConfigurationError,
+    InvalidInputError,
+    Message,
+    TokenLimitedView,
+    ToolCall,
+    UnboundedView,
+)
+from tests.helpers import call
+from tests.integrations import assert_openai_history_valid, close_store, open_store, require
+
+require("langchain_core")
+
+from langchain_core.chat_history import BaseChatMessageHistory  # noqa: E402
+from langchain_core.language_models.fake_chat_models import (  # noqa: E402
+    FakeMessagesListChatModel,
+)
+from langchain_core.messages import (  # noqa: E402
+    AIMessage,
+    AIMessageChunk,
+    BaseMessage,
+    ChatMessage,
+    FunctionMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langchain_core.messages.utils import convert_to_openai_messages  # noqa: E402
+from langchain_core.runnables import RunnableLambda  # noqa: E402
+from langchain_core.runnables.history import RunnableWithMessageHistory  # noqa: E402
+from langchain_core.tools import tool  # noqa: E402
+
+from memstore.integrations.langchain import (  # noqa: E402
+    MemstoreChatMessageHistory,
+    from_memstore,
+    to_memstore,
+)
+
+# langchain-core 1.x deprecates RunnableWithMessageHistory (pointing at LangGraph) but ships
+# it; it is the framework API the history is driven through here.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:RunnableWithMessageHistory is deprecated:DeprecationWarning")
+
+
+@tool
+def get_weather(city: str) -> str:
+    """The weather in a city."""
+    return f"sunny in {city}"
+
+
+def calls(*cities: str, turn: int) -> AIMessage:
+    return AIMessage(content="", id=f"run-{turn}", tool_calls=[
+        {"name": "get_weather", "args": {"city": c}, "id": f"t{turn}-{i}"}
+        for i, c in enumerate(cities)])
+
+
+class Bot:
+    """A fake chat model in RunnableWithMessageHistory, recording what the model is sent."""
+
+    def __init__(self, store: Any, responses: list[BaseMessage], view: Any = None) -> None:
+        self.seen: list[list[BaseMessage]] = []
+        self.model = FakeMessagesListChatModel(responses=responses)
+
+        def record(messages: list[BaseMessage]) -> list[BaseMessage]:
+            self.seen.append(list(messages))
+            return messages
+
+        chain = RunnableLambda(record) | self.model
+        self.chain = RunnableWithMessageHistory(
+            chain, lambda sid: MemstoreChatMessageHistory(sid, store, view=view))
+
+    async def send(self, value: Any, kind: str, session: str = "s1") -> BaseMessage:
+        config: Any = {"configurable": {"session_id": session}}
+        if kind == "sync":
+            return self.chain.invoke(value, config)  # type: ignore[no-any-return]
+        return await self.chain.ainvoke(value, config)  # type: ignore[no-any-return]
+
+    def assert_valid(self) -> None:
+        for messages in self.seen:
+            assert_openai_history_valid(convert_to_openai_messages(messages))  # type: ignore[arg-type]
+
+
+async def tool_turn(bot: Bot, ai: BaseMessage, kind: str) -> BaseMessage:
+    assert isinstance(ai, AIMessage) and ai.tool_calls
+    results = [get_weather.invoke(tc) for tc in ai.tool_calls]
+    assert all(isinstance(r, ToolMessage) for r in results)
+    return await bot.send(results, kind)
+
+
+@pytest.fixture(params=["sync", "async"])
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+async def test_chain_remembers_across_restarts(db_url: str, kind: str) -> None:
+    store = await open_store(kind, db_url)
+    bot = Bot(store, [calls("Paris", "Rome", turn=1), AIMessage("Both are sunny.")])
+    ai = await bot.send([HumanMessage("Weather in Paris and Rome?")], kind)
+    answer = await tool_turn(bot, ai, kind)
+    assert answer.content == "Both are sunny."
+    bot.assert_valid()
+    # the second call was sent the pending AIMessage together with the new ToolMessages
+    assert isinstance(bot.seen[1][1], AIMessage) and bot.seen[1][1].tool_calls
+    await close_store(store)
+    del bot, store, ai, answer
+    gc.collect()
+
+    store = await open_store(kind, db_url)
+    bot = Bot(store, [AIMessage("You asked about Paris and Rome.")])
+    await bot.send("Which cities did I ask about?", kind)
+    seen = bot.seen[0]
+    assert [type(m).__name__ for m in seen] == [
+        "HumanMessage", "AIMessage", "ToolMessage", "ToolMessage", "AIMessage", "HumanMessage"]
+    assert seen[0].content == "Weather in Paris and Rome?"
+    assert seen[1].id == "run-1" and [c["args"] for c in seen[1].tool_calls] == [  # type: ignore[attr-defined]
+        {"city": "Paris"}, {"city": "Rome"}]
+    assert [m.tool_call_id for m in seen[2:4]] == ["t1-0", "t1-1"]  # type: ignore[attr-defined]
+    bot.assert_valid()
+    history = MemstoreChatMessageHistory("s1", store)  # type: ignore[arg-type]
+    stored = await history.aget_messages()
+    assert len(stored) == 7 and stored[-1].content == "You asked about Paris and Rome."
+    await close_store(store)
+
+
+async def test_budgeted_view_gives_a_valid_cut_window(db_url: str, kind: str) -> None:
+    store = await open_store(kind, db_url)
+    view = TokenLimitedView(token_limit=90)
+    responses: list[BaseMessage] = []
+    for turn in range(5):
+        responses += [calls("Paris", "Rome", turn=turn), AIMessage(f"Answer {turn}.")]
+    bot = Bot(store, responses, view=view)
+    for turn in range(5):
+        ai = await bot.send(f"Question {turn}: weather in Paris and Rome?", kind)
+        await tool_turn(bot, ai, kind)
+    bot.assert_valid()
+    stored = await call(store.messages("s1"))
+    assert len(stored) == 5 * 5
+    assert max(len(m) for m in bot.seen) < len(stored), "the model got a cut window"
+    window = await call(store.window("s1", view))
+    assert window.report.omitted
+    await close_store(store)
+
+
+async def test_turn_in_progress(store: Any) -> None:
+    history = MemstoreChatMessageHistory("p", store, view=TokenLimitedView(token_limit=300))
+    pending = calls("Oslo", "Bergen", turn=1)
+    await history.aadd_messages([HumanMessage("Weather?"), pending])
+    got = await history.aget_messages()
+    assert got == [HumanMessage("Weather?"), pending]
+    window = await call(store.window("p", UnboundedView()))
+    assert [m.role for m in window.messages] == ["user"], "a window on its own leaves it out"
+    half = ToolMessage("rain", tool_call_id="t1-0")
+    await history.aadd_messages([half])
+    assert await history.aget_messages() == [HumanMessage("Weather?"), pending, half]
+    rest = ToolMessage("no data", tool_call_id="t1-1", status="error")
+    await history.aadd_messages([rest, AIMessage("Rain and snow.")])
+    assert (await history.aget_messages())[-3:] == [half, rest, AIMessage("Rain and snow.")]
+    body = (await call(store.window("p", UnboundedView()))).to_anthropic()
+    assert body["messages"][2]["content"] == [
+        {"type": "tool_result", "tool_use_id": "t1-0", "content": "rain"},
+        {"type": "tool_result", "tool_use_id": "t1-1", "content": "no data", "is_error": True}]
+    # a call the conversation moved on from is never given back
+    await history.aadd_messages([calls("Nowhere", turn=2), HumanMessage("Forget it.")])
+    final = await history.aget_messages()
+    assert_openai_history_valid(convert_to_openai_messages(final))  # type: ignore[arg-type]
+    assert not any(getattr(m, "id", None) == "run-2" for m in final)
+
+
+async def test_edges(store: Any) -> None:
+    history = MemstoreChatMessageHistory("never", store)
+    assert isinstance(history, BaseChatMessageHistory)
+    assert await history.aget_messages() == []
+    await history.aclear()
+    with pytest.raises(InvalidInputError, match="FunctionMessage"):
+        await history.aadd_messages([HumanMessage("kept?"), FunctionMessage("r", name="f")])
+    assert await history.aget_messages() == [], "a rejected batch writes nothing"
+    with pytest.raises(InvalidInputError, match="critic"):
+        await history.aadd_messages([ChatMessage(role="critic", content="no")])
+    await history.aadd_messages([HumanMessage("a"), AIMessage("b")])
+    await history.aclear()
+    assert await history.aget_messages() == []
+
+
+async def test_sync_methods_need_a_sync_store(db_url: str, kind: str) -> None:
+    store = await open_store(kind, db_url)
+    history = MemstoreChatMessageHistory("x", store)  # type: ignore[arg-type]
+    if kind == "sync":
+        history.add_user_message("hi")
+        history.add_ai_message("hello")
+        assert [m.content for m in history.messages] == ["hi", "hello"]
+        assert [m.content for m in await history.aget_messages()] == ["hi", "hello"]
+        history.clear()
+        assert history.messages == []
+    else:
+        for action in (lambda: history.messages, lambda: history.add_user_message("x"),
+                       history.clear):
+            with pytest.raises(ConfigurationError, match="aget_messages"):
+                action()
+    with pytest.raises(ConfigurationError, match="MemoryStore"):
+        MemstoreChatMessageHistory("x", object())  # type: ignore[arg-type]
+    await close_store(store)
+
+
+# ---- round trips -----------------------------------------------------------------------------
+
+_text = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"),
+                max_size=8)
+_json = st.recursive(st.none() | st.booleans() | st.integers() | _text,
+                     lambda inner: st.lists(inner, max_size=2)
+                     | st.dictionaries(st.text("abc", min_size=1, max_size=3), inner, max_size=2),
+                     max_leaves=4)
+_block = st.one_of(
+    _text,
+    st.builds(lambda t: {"type": "text", "text": t}, _text),
+    st.builds(lambda u, d: {"type": "image_url", "image_url": {"url": u, **d}},
+              st.sampled_from(["https://e.com/a.png", "data:image/png;base64,AAAA"]),
+              st.sampled_from([{}, {"detail": "low"}])),
+    st.just({"type": "image", "base64": "AAAA", "mime_type": "image/jpeg"}),
+    st.builds(lambda t: {"type": "reasoning", "reasoning": t}, _text),
+)
+_content = _text | st.lists(_block, max_size=3)
+_ids = st.none() | st.text("abc123-", min_size=1, max_size=6)
+_kwargs = st.dictionaries(st.sampled_from(["refusal", "x"]), _json, max_size=1)
+_tool_call = st.builds(lambda n, a, i: {"name": n, "args": a, "id": i},
+                       st.sampled_from(["f", "g"]),
+                       st.dictionaries(st.text("xyz", min_size=1, max_size=2), _json, max_size=2),
+                       st.text("abc123", min_size=1, max_size=4))
+_name = st.none() | st.sampled_from(["alice", "x" * 300])
+_message = st.one_of(
+    st.builds(lambda c, i, n, k: HumanMessage(content=c, id=i, name=n, additional_kwargs=k),
+              _content, _ids, _name, _kwargs),
+    st.builds(lambda c, i, t, u: AIMessage(content=c, id=i, tool_calls=t, usage_metadata=u),
+              _content, _ids, st.lists(_tool_call, max_size=2, unique_by=lambda t: t["id"]),
+              st.none() | st.just({"input_tokens": 1, "output_tokens": 2, "total_tokens": 3})),
+    st.builds(lambda c, k: SystemMessage(content=c, additional_kwargs=k), _content,
+              st.sampled_from([{}, {"__openai_role__": "developer"}])),
+    st.builds(lambda c, t, s, a: ToolMessage(content=c, tool_call_id=t, status=s, artifact=a),
+              _content, st.text("abc123", min_size=1, max_size=4),
+              st.sampled_from(["success", "error"]), _json),
+    st.builds(lambda c, r: ChatMessage(content=c, role=r), _text,
+              st.sampled_from(["user", "assistant", "system", "developer"])),
+    st.builds(lambda c, i: AIMessageChunk(content=c, id=i), _text, _ids),
+)
+
+
+@settings(max_examples=200, derandomize=True, deadline=None)
+@given(st.lists(_message, max_size=5))
+def test_round_trip_is_identity(messages: list[BaseMessage]) -> None:
+    assert from_memstore([to_memstore(m) for m in messages]) == messages
+
+
+_cids = itertools.count()
+
+
+@settings(max_examples=15, derandomize=True, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(messages=st.lists(_message, min_size=1, max_size=5))
+async def test_round_trip_through_the_database(store: Any, messages: list[BaseMessage]) -> None:
+    cid = f"rt-{next(_cids)}"
+    history = MemstoreChatMessageHistory(cid, store)
+    await history.aadd_messages(messages)
+    assert from_memstore(await call(store.messages(cid))) == messages
+
+
+def test_messages_from_elsewhere_read_back() -> None:
+    foreign = [Message.developer("Be brief."),
+               Message.assistant(tool_calls=[ToolCall(id="q", name="f", arguments="oops")]),
+               Message.tool("r", tool_call_id="q", name="f")]
+    got = from_memstore(foreign)
+    assert got[0] == SystemMessage("Be brief.", additional_kwargs={"__openai_role__": "developer"})
+    assert isinstance(got[1], AIMessage) and got[1].tool_calls == []
+    assert got[1].invalid_tool_calls[0]["args"] == "oops"
+    assert got[2] == ToolMessage("r", tool_call_id="q", name="f")
+
+
+async def test_reads_grow_with_the_window_not_the_history(store: Any, monkeypatch: Any) -> None:
+    """A long session read through a budgeted view: the adapter never reads it all."""
+    turns = [m for i in range(1000) for m in (Message.user(f"question {i}"),
+                                              Message.assistant(f"answer {i}"))]
+    await call(store.extend("long", turns))
+    reads: list[tuple[str, int]] = []
+    window, messages = store.window, store.messages
+
+    def spy_window(cid: str, view: Any) -> Any:
+        result = window(cid, view)
+
+        async def later() -> Any:
+            got = await result
+            reads.append(("window", got.report.rows_read))
+            return got
+
+        if hasattr(result, "__await__"):
+            return later()
+        reads.append(("window", result.report.rows_read))
+        return result
+
+    def spy_messages(cid: str, **kwargs: Any) -> Any:
+        reads.append(("messages", kwargs.get("limit") or 10**9))
+        return messages(cid, **kwargs)
+
+    monkeypatch.setattr(store, "window", spy_window)
+    monkeypatch.setattr(store, "messages", spy_messages)
+    history = MemstoreChatMessageHistory("long", store, view=TokenLimitedView(token_limit=60))
+    got = await history.aget_messages()
+    assert 0 < len(got) < 20 and got[-1].content == "answer 999"
+    assert reads and all(rows <= 64 for _, rows in reads), reads

@@ -1,0 +1,466 @@
+"""MemstoreSession driven by the OpenAI Agents SDK's own Runner, on SQLite and Postgres."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memstore import (
+    AsyncMemoryStore,
+    FixedCounter,
+    InvalidInputError,
+    MemoryStore,
+    ScoreBasedView,
+    TokenLimitedView,
+    UnboundedView,
+)
+from tests.helpers import call
+from tests.integrations import require
+
+agents = require("agents")
+agents.set_tracing_disabled(True)  # no trace export: the tests never touch the network
+from agents import Agent, Runner, Usage, function_tool  # noqa: E402
+from agents.items import ModelResponse  # noqa: E402
+from agents.models.interface import Model  # noqa: E402
+from openai.types.responses import (  # noqa: E402
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseOutputText,
+    ResponseReasoningItem,
+)
+from openai.types.responses.response_reasoning_item import Summary  # noqa: E402
+
+from memstore.integrations.openai_agents import (  # noqa: E402
+    MemstoreSession,
+    items_to_messages,
+    messages_to_items,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# ---- a scripted model (the shape of the SDK's own tests' FakeModel) -----------------------
+
+
+def text(t: str) -> ResponseOutputMessage:
+    return ResponseOutputMessage(id="1", type="message", role="assistant", status="completed",
+                                 content=[ResponseOutputText(type="output_text", text=t,
+                                                             annotations=[])])
+
+
+def fcall(call_id: str, a: int, b: int) -> ResponseFunctionToolCall:
+    # id "1" on every item, as the SDK's FakeModel does: ids are not unique
+    return ResponseFunctionToolCall(id="1", type="function_call", call_id=call_id, name="add",
+                                    arguments=json.dumps({"a": a, "b": b}))
+
+
+def reasoning(t: str) -> ResponseReasoningItem:
+    return ResponseReasoningItem(id="rs_1", type="reasoning",
+                                 summary=[Summary(type="summary_text", text=t)])
+
+
+class ScriptedModel(Model):
+    """Returns the scripted outputs in order and records every input it was given."""
+
+    def __init__(self, outputs: list[list[Any]]) -> None:
+        self.outputs = list(outputs)
+        self.inputs: list[list[dict[str, Any]]] = []
+
+    async def get_response(self, system_instructions: Any, input: Any, *args: Any,
+                           **kwargs: Any) -> ModelResponse:
+        items = [{"role": "user", "content": input}] if isinstance(input, str) else input
+        self.inputs.append(json.loads(json.dumps([dict(i) for i in items])))
+        return ModelResponse(output=self.outputs.pop(0), usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("the tests do not stream")
+
+
+@function_tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def reopen(store: Any, db_url: str) -> Any:
+    counter = FixedCounter(per_message=3, per_word=1, per_tool_call=2, priming=3)
+    if isinstance(store, AsyncMemoryStore):
+        return AsyncMemoryStore(db_url, counter=counter)
+    return MemoryStore(db_url, counter=counter)
+
+
+async def close(store: Any) -> None:
+    await call(store.close())
+
+
+def assert_valid_history(items: list[dict[str, Any]]) -> None:
+    """Every function_call is answered, every output follows its call (Responses API rule)."""
+    calls: dict[str, int] = {}
+    outputs: dict[str, int] = {}
+    for index, item in enumerate(items):
+        if item.get("type") == "function_call":
+            calls[item["call_id"]] = index
+        elif item.get("type") == "function_call_output":
+            assert item["call_id"] in calls, f"orphan output {item['call_id']}"
+            assert calls[item["call_id"]] < index
+            outputs[item["call_id"]] = index
+    assert set(calls) == set(outputs), f"unanswered calls: {set(calls) - set(outputs)}"
+
+
+# ---- driven by Runner.run ------------------------------------------------------------------
+
+
+async def test_runner_turns_survive_a_restart(store: Any, db_url: str) -> None:
+    model = ScriptedModel([
+        [reasoning("two sums"), fcall("c1", 1, 2), fcall("c2", 3, 4)],
+        [text("3 and 7")],
+        [text("you are welcome")],
+    ])
+    agent = Agent(name="adder", instructions="Add numbers.", model=model, tools=[add])
+    session = MemstoreSession("chat-1", store)
+    assert (await Runner.run(agent, "add 1+2 and 3+4", session=session)).final_output == "3 and 7"
+    await Runner.run(agent, "thanks", session=session)
+    first_items = await session.get_items()
+
+    # parallel calls are one assistant message with two calls, answered by two tool messages
+    stored = await call(store.messages("chat-1"))
+    assert [m.role for m in stored] == ["user", "assistant", "tool", "tool", "assistant",
+                                       "user", "assistant"]
+    assert [c.id for c in stored[1].tool_calls] == ["c1", "c2"]
+    assert [m.tool_call_id for m in stored[2:4]] == ["c1", "c2"]
+    del agent, session, model, stored
+
+    again = reopen(store, db_url)
+    try:
+        model2 = ScriptedModel([[text("I remember")]])
+        agent2 = Agent(name="adder", instructions="Add numbers.", model=model2, tools=[add])
+        session2 = MemstoreSession("chat-1", again)
+        assert await session2.get_items() == first_items
+        await Runner.run(agent2, "what did I ask?", session=session2)
+        seen = model2.inputs[0]
+        assert seen[:-1] == first_items
+        assert seen[-1] == {"role": "user", "content": "what did I ask?"}
+        assert_valid_history(seen)
+        assert len(await session2.get_items()) == len(first_items) + 2
+    finally:
+        await close(again)
+
+
+async def test_runner_accepts_a_budgeted_window(store: Any) -> None:
+    outputs: list[list[Any]] = []
+    for n in range(4):
+        outputs += [[fcall(f"c{n}a", n, 1), fcall(f"c{n}b", n, 2)], [text(f"done {n}")]]
+    model = ScriptedModel(outputs)
+    agent = Agent(name="adder", instructions="Add.", model=model, tools=[add])
+    writer = MemstoreSession("chat-2", store)
+    for n in range(4):
+        await Runner.run(agent, f"turn {n} please add", session=writer)
+    everything = await writer.get_items()
+
+    view = TokenLimitedView(token_limit=60)
+    reader = MemstoreSession("chat-2", store, view=view)
+    window_items = await reader.get_items()
+    assert 0 < len(window_items) < len(everything)
+    assert window_items == everything[-len(window_items):]
+    assert_valid_history(window_items)
+    window = await call(store.window("chat-2", view))
+    assert window.token_count <= 60
+
+    model.outputs = [[text("ok")]]
+    await Runner.run(agent, "next", session=reader)
+    seen = model.inputs[-1]
+    assert seen[:-1] == window_items
+    assert_valid_history(seen)
+
+
+async def test_item_ids_are_not_idempotency_keys(store: Any) -> None:
+    model = ScriptedModel([[text("same")], [text("same")]])
+    agent = Agent(name="a", instructions="x", model=model)
+    session = MemstoreSession("chat-3", store)
+    await Runner.run(agent, "hi", session=session)
+    await Runner.run(agent, "hi", session=session)
+    items = await session.get_items()
+    assert len(items) == 4
+    assert items[:2] == items[2:]
+
+
+# ---- the Session protocol ------------------------------------------------------------------
+
+
+async def test_empty_session_and_limits(store: Any) -> None:
+    session = MemstoreSession("never-written", store)
+    assert await session.get_items() == []
+    assert await session.get_items(limit=3) == []
+    assert await session.pop_item() is None
+    await session.clear_session()
+    budgeted = MemstoreSession("never-written", store, view=ScoreBasedView(token_limit=50))
+    assert await budgeted.get_items() == []
+
+    items = [{"role": "user", "content": f"m{i}"} for i in range(5)]
+    await session.add_items(items)
+    assert await session.get_items(limit=0) == []
+    assert await session.get_items(limit=2) == items[-2:]
+    assert await session.get_items(limit=50) == items
+    with pytest.raises(InvalidInputError):
+        await session.get_items(limit=-1)
+
+
+async def test_view_limit_keeps_whole_units(store: Any) -> None:
+    session = MemstoreSession("units", store, view=UnboundedView())
+    items = [
+        {"role": "user", "content": "q"},
+        {"type": "function_call", "call_id": "a", "name": "f", "arguments": "{}"},
+        {"type": "function_call", "call_id": "b", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "a", "output": "1"},
+        {"type": "function_call_output", "call_id": "b", "output": "2"},
+        {"role": "assistant", "content": "done"},
+    ]
+    await session.add_items(items)
+    assert await session.get_items() == items
+    assert await session.get_items(limit=1) == items[-1:]
+    # the call unit holds 4 items: a limit that would split it stops before it
+    assert await session.get_items(limit=3) == items[-1:]
+    assert await session.get_items(limit=5) == items[1:]
+
+
+async def test_tool_approval_unit_spans_two_writes_and_a_restart(store: Any, db_url: str) -> None:
+    first = MemstoreSession("approval", store)
+    await first.add_items([
+        {"role": "user", "content": "delete the file"},
+        {"type": "function_call", "call_id": "del1", "name": "rm", "arguments": '{"p": "x"}',
+         "id": "1", "status": "completed"},
+    ])
+    view = UnboundedView()
+    # the pending call is the turn in progress: no view hands it to a model on its own
+    pending = await MemstoreSession("approval", store, view=view).get_items()
+    assert pending == [{"role": "user", "content": "delete the file"}]
+    assert_valid_history(pending)
+
+    again = reopen(store, db_url)
+    try:
+        second = MemstoreSession("approval", again, view=view)
+        await second.add_items([
+            {"type": "function_call_output", "call_id": "del1", "output": "deleted"},
+            {"role": "assistant", "content": "Done."},
+        ])
+        window_items = await second.get_items()
+        assert [i.get("type", "message") for i in window_items] == [
+            "message", "function_call", "function_call_output", "message"]
+        assert_valid_history(window_items)
+        stored = await call(again.messages("approval"))
+        assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant"]
+    finally:
+        await close(again)
+
+
+async def test_a_response_written_in_pieces_is_one_message(store: Any) -> None:
+    session = MemstoreSession("pieces", store)
+    await session.add_items([{"role": "user", "content": "two things"},
+                             {"type": "reasoning", "id": "rs", "summary": []},
+                             {"type": "function_call", "call_id": "a", "name": "f",
+                              "arguments": "{}"}])
+    await session.add_items([{"type": "function_call", "call_id": "b", "name": "f",
+                              "arguments": "{}"}])
+    stored = await call(store.messages("pieces"))
+    assert [m.role for m in stored] == ["user", "assistant"]
+    assert stored[1].tool_call_ids == ("a", "b")
+    # pop_item takes items back one at a time, and put back they merge again
+    popped = await session.pop_item()
+    assert popped == {"type": "function_call", "call_id": "b", "name": "f", "arguments": "{}"}
+    stored = await call(store.messages("pieces"))
+    assert stored[-1].tool_call_ids == ("a",)
+    await session.add_items([popped])
+    assert (await call(store.messages("pieces")))[-1].tool_call_ids == ("a", "b")
+    await session.clear_session()
+    assert await session.get_items() == []
+
+
+async def test_bad_items_write_nothing(store: Any) -> None:
+    session = MemstoreSession("bad", store)
+    await session.add_items([{"role": "user", "content": "ok"}])
+    with pytest.raises(InvalidInputError):
+        await session.add_items([{"role": "user", "content": "x"}, "not an item"])
+    with pytest.raises(InvalidInputError):
+        await session.add_items([{"role": "wizard", "content": "x"}])
+    with pytest.raises(InvalidInputError):
+        await session.add_items([{"role": "user", "content": {1, 2}}])
+    assert await session.get_items() == [{"role": "user", "content": "ok"}]
+
+
+# ---- round trips: every item type comes back equal -----------------------------------------
+
+ITEMS: list[dict[str, Any]] = [
+    {"role": "user", "content": "plain"},
+    {"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": "look"},
+        {"type": "input_image", "image_url": "https://example.com/a.png", "detail": "low"},
+        {"type": "input_file", "file_id": "file-1"}]},
+    {"role": "system", "content": "be brief"},
+    {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "d"}]},
+    {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
+     "content": [{"type": "output_text", "text": "hi", "annotations": []},
+                 {"type": "refusal", "refusal": "no"}]},
+    {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "t"}],
+     "encrypted_content": "gAAAA=="},
+    {"type": "web_search_call", "id": "ws_1", "status": "completed",
+     "action": {"type": "search", "query": "memstore"}},
+    {"type": "file_search_call", "id": "fs_1", "queries": ["q"], "status": "completed"},
+    {"type": "item_reference", "id": "ref_1"},
+    {"type": "image_generation_call", "id": "ig_1", "status": "completed", "result": None},
+]
+CALL_PAIRS: list[tuple[dict[str, Any], dict[str, Any]]] = [
+    ({"type": "function_call", "call_id": "{id}", "name": "f", "arguments": '{"x": 1}',
+      "id": "1", "status": "completed"},
+     {"type": "function_call_output", "call_id": "{id}", "output": "result"}),
+    ({"type": "function_call", "call_id": "{id}", "name": "g", "arguments": "not json"},
+     {"type": "function_call_output", "call_id": "{id}",
+      "output": [{"type": "input_text", "text": "part"}]}),
+    ({"type": "computer_call", "id": "cu_1", "call_id": "{id}", "status": "completed",
+      "action": {"type": "click", "x": 1, "y": 2, "button": "left"},
+      "pending_safety_checks": []},
+     {"type": "computer_call_output", "call_id": "{id}",
+      "output": {"type": "computer_screenshot", "image_url": "data:image/png;base64,AA=="}}),
+    ({"type": "custom_tool_call", "call_id": "{id}", "name": "grammar", "input": "raw"},
+     {"type": "custom_tool_call_output", "call_id": "{id}", "output": "ok"}),
+]
+
+
+def _fill(item: dict[str, Any], call_id: str) -> dict[str, Any]:
+    return json.loads(json.dumps(item).replace("{id}", call_id))
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    for n in range(draw(st.integers(1, 6))):
+        if draw(st.booleans()):
+            items.append(draw(st.sampled_from(ITEMS)))
+        else:
+            pairs = draw(st.lists(st.sampled_from(CALL_PAIRS), min_size=1, max_size=3))
+            ids = [f"call_{n}_{k}" for k in range(len(pairs))]
+            items += [_fill(c, i) for (c, _), i in zip(pairs, ids)]
+            items += [_fill(o, i) for (_, o), i in zip(pairs, ids)]
+    return items
+
+
+@settings(max_examples=40, derandomize=True, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(history=histories())
+def test_items_round_trip_through_messages(history: list[dict[str, Any]]) -> None:
+    messages = items_to_messages(history)
+    assert messages_to_items(messages) == history
+    for message in messages:
+        assert message.model_validate(message.model_dump()) == message
+
+
+async def test_every_item_type_round_trips_through_the_store(store: Any) -> None:
+    session = MemstoreSession("types", store)
+    history = list(ITEMS)
+    for n, (call_item, output) in enumerate(CALL_PAIRS):
+        history += [{"role": "user", "content": f"call {n}"}, _fill(call_item, f"k{n}"),
+                    _fill(output, f"k{n}")]
+    for item in history:  # one add_items per item: merging must not change anything
+        await session.add_items([item])
+    assert await session.get_items() == history
+    stored = await call(store.messages("types"))
+    calls = [m for m in stored if m.tool_calls]
+    assert [c.id for m in calls for c in m.tool_calls] == [f"k{n}" for n in range(4)]
+    # windows over them are valid chat: every tool message answers a kept call
+    window = await call(store.window("types", UnboundedView()))
+    assert len(window.messages) == len(stored)
+
+
+# ---- the documented example runs ------------------------------------------------------------
+
+
+def test_docs_example_runs(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.chdir(tmp_path)
+    page = (ROOT / "docs" / "integrations" / "openai_agents.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.S)
+    assert blocks
+    model = ScriptedModel([[fcall("c1", 2, 3)], [text("5")], [text("You asked for 2 + 3.")]])
+    namespace: dict[str, Any] = {"__name__": "__docs__", "model": model}
+    for block in blocks:
+        exec(compile(block, "openai_agents.md", "exec"), namespace)
+    assert namespace["result"].final_output == "You asked for 2 + 3."
+
+
+def test_importing_memstore_imports_no_framework() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, memstore, memstore.integrations\n"
+            "bad = sorted({m.split('.')[0] for m in sys.modules}\n"
+            "             & {'agents', 'camel', 'openai', 'autogen_core', 'langchain_core'})\n"
+            "assert not bad, bad\n")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+async def test_sdk_tool_approval_across_a_restart(store: Any, db_url: str) -> None:
+    if "needs_approval" not in inspect.signature(function_tool).parameters:
+        pytest.skip(f"openai-agents {agents.__version__} has no tool approval")
+    from agents import RunState
+
+    @function_tool(needs_approval=True)
+    def remove(path: str) -> str:
+        """Delete a file."""
+        return f"deleted {path}"
+
+    def make_agent(model: ScriptedModel) -> Agent:
+        return Agent(name="ops", instructions="Do as asked.", model=model, tools=[remove])
+
+    model = ScriptedModel([[ResponseFunctionToolCall(
+        id="1", type="function_call", call_id="rm1", name="remove",
+        arguments=json.dumps({"path": "x.txt"}))]])
+    agent = make_agent(model)
+    result = await Runner.run(agent, "delete x.txt", session=MemstoreSession("ops", store))
+    assert result.interruptions
+    saved = result.to_state().to_json()
+    del agent, result
+
+    again = reopen(store, db_url)
+    try:
+        model2 = ScriptedModel([[text("x.txt is gone")]])
+        agent2 = make_agent(model2)
+        session = MemstoreSession("ops", again, view=UnboundedView())
+        state = await RunState.from_json(agent2, saved)
+        state.approve(state.get_interruptions()[0])
+        result = await Runner.run(agent2, state, session=session)
+        assert result.final_output == "x.txt is gone"
+        assert_valid_history(model2.inputs[0])
+        items = await session.get_items()
+        assert [i.get("type", "message") for i in items] == [
+            "message", "function_call", "function_call_output", "message"]
+        stored = await call(again.messages("ops"))
+        assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant"]
+    finally:
+        await close(again)
+
+
+async def test_runner_passes_session_settings_limit(store: Any) -> None:
+    settings_cls = getattr(agents, "SessionSettings", None)
+    if settings_cls is None:
+        pytest.skip(f"openai-agents {agents.__version__} has no SessionSettings")
+    session = MemstoreSession("limited", store, view=UnboundedView(),
+                              session_settings=settings_cls(limit=3))
+    await session.add_items([
+        {"role": "user", "content": "q"},
+        {"type": "function_call", "call_id": "a", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "a", "output": "1"},
+        {"role": "assistant", "content": "first"},
+        {"role": "user", "content": "again"},
+        {"role": "assistant", "content": "second"},
+    ])
+    model = ScriptedModel([[text("third")]])
+    await Runner.run(Agent(name="a", instructions="x", model=model), "more", session=session)
+    # three items, whole units only: the call unit (2 items) did not fit with the newest two
+    assert model.inputs[0][:-1] == [{"role": "assistant", "content": "first"},
+                                    {"role": "user", "content": "again"},
+                                    {"role": "assistant", "content": "second"}]
