@@ -8,7 +8,9 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+from benchmarks.deploy import PHASES, run_deploy
 from benchmarks.report import write_report
 from benchmarks.runner import RunConfig, command_line, run
 from benchmarks.systems import GROUPS
@@ -49,6 +51,11 @@ def _names(allowed: tuple[str, ...]) -> Callable[[str], list[str]]:
         return names
 
     return parse
+
+
+def _load(path: Path) -> dict[str, Any] | None:
+    """The deployment phases' results, when a run wrote them."""
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -141,6 +148,14 @@ def build_parser() -> argparse.ArgumentParser:
         "(benchmarks/transfer_memory.py; --sizes and --db apply)",
     )
     p.add_argument(
+        "--phases",
+        type=_names(PHASES),
+        help="run only these deployment phases (tenants,append,turn,cold: many tenants, "
+        "appends, agent turns, the first window of a fresh process), each against the "
+        "floor timed alternately; results go to benchmarks/results/deploy.json (quick: "
+        "results/raw/deploy-quick.json) and into the report",
+    )
+    p.add_argument(
         "--keep-dbs",
         action="store_true",
         help="keep each job's database (SQLite files under benchmarks/results/raw)",
@@ -165,9 +180,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     out = args.out or (raw / "quick.md" if args.quick else REPO / "docs" / "benchmarks.md")
     plot = args.plot or out.parent / "benchmarks_window_latency.png"
+    deploy = (raw / "deploy-quick.json" if args.quick else HERE / "results" / "deploy.json")
+    if args.phases:
+        pg = {"host": args.pg_host, "port": args.pg_port, "user": args.pg_user,
+              "admin_db": args.pg_admin_db}
+        ddoc = run_deploy(args.phases, args.db, quick=args.quick, seed=args.seed, raw_dir=raw,
+                          pg=pg, results_path=deploy, command=command_line(args_list),
+                          keep_dbs=args.keep_dbs)
+        if results.exists():
+            write_report(json.loads(results.read_text()), out, plot, deploy=ddoc)
+            print(f"wrote {deploy} and {out}")
+        else:
+            print(f"wrote {deploy} (no {results} to render the report from)")
+        return 0
     if args.report_only:
         doc = json.loads(results.read_text())
-        write_report(doc, out, plot)
+        write_report(doc, out, plot, deploy=_load(deploy))
         print(f"wrote {out} and {plot} from {results}")
         return 0
     profile = Profile.quick() if args.quick else Profile()
@@ -195,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         profile=replace(profile),
     )
     doc = run(cfg)
-    write_report(doc, out, plot)
+    write_report(doc, out, plot, deploy=_load(deploy))
     print(f"wrote {results}, {out} and {plot}")
     failed = [r for r in doc["runs"] if r.get("status") == "error"]
     return 1 if failed else 0

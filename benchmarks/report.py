@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from benchmarks.deploy_report import render_deploy
 from benchmarks.systems import PAIRED_FLOOR
 
 __all__ = ["render_markdown", "render_plot", "targets", "write_report"]
@@ -657,8 +658,10 @@ def _method(res: Results) -> list[str]:
     ]
 
 
-def render_markdown(doc: dict[str, Any], plot_name: str | None) -> str:
-    """The whole report."""
+def render_markdown(
+    doc: dict[str, Any], plot_name: str | None, deploy: dict[str, Any] | None = None
+) -> str:
+    """The whole report (with the deployment phases' section when ``deploy`` is given)."""
     res = Results(doc)
     lines = [
         "# memstore benchmarks",
@@ -696,6 +699,7 @@ def render_markdown(doc: dict[str, Any], plot_name: str | None) -> str:
         "",
         *_targets_section(res),
         "",
+        *(render_deploy(deploy) if deploy else []),
         "## Window fetch latency",
         "",
         "p50 / p95 in ms per history length. ✗ = the window failed a correctness check "
@@ -856,10 +860,12 @@ def render_plot(doc: dict[str, Any], path: Path) -> bool:
     return drew
 
 
-def write_report(doc: dict[str, Any], out: Path, plot: Path | None) -> None:
+def write_report(
+    doc: dict[str, Any], out: Path, plot: Path | None, deploy: dict[str, Any] | None = None
+) -> None:
     """Write the markdown report (and the plot next to it)."""
     plot_ref = None
     if plot is not None and render_plot(doc, plot):
         plot_ref = os.path.relpath(plot, out.parent)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_markdown(doc, plot_ref))
+    out.write_text(render_markdown(doc, plot_ref, deploy))

@@ -21,7 +21,7 @@ from typing import Any, Literal, TypeVar
 
 from sqlalchemy import Connection, Engine
 
-from memstore import _ops, migrate
+from memstore import _ops, _statements, migrate
 from memstore._cache import CacheInfo, RowCache
 from memstore._engine import (
     check_durability,
@@ -134,7 +134,13 @@ def check_database_exists(url: Any, mode: MigrateMode) -> None:
 
 
 def ensure_schema(conn: Connection, mode: MigrateMode) -> None:
-    """Apply the store's ``migrate`` policy on an open connection (in a write transaction)."""
+    """Apply the store's ``migrate`` policy on an open connection (in a write transaction).
+
+    Also compiles the hot statements for the connection's dialect (see
+    :func:`memstore._statements.precompile`), so opening a store pays that, not the
+    first window.
+    """
+    _statements.precompile(conn.dialect)
     if mode == "off":
         return
     embedded = conn.dialect.name == "sqlite"
@@ -401,6 +407,10 @@ class Plan:
         prepare_items: how many items ``prepare`` handles (the async store's hint).
         optimistic: first try without a transaction (the read validates itself and
             raises :class:`memstore._ops.StaleRead` when it must be redone in one).
+        direct: tried first, with no transaction open, called like ``fn``: it runs
+            its own transaction on the DBAPI connection (see
+            :func:`memstore._ops.append_direct`) or returns ``None``, untouched, when
+            it does not apply; ``fn`` then runs as usual.
     """
 
     fn: Callable[..., Any]
@@ -410,10 +420,15 @@ class Plan:
     prepare: Callable[[], Any] | None = None
     prepare_items: int = 0
     optimistic: bool = False
+    direct: Callable[..., Any] | None = None
 
     def run(self, conn: Connection, prepared: Any = None) -> Any:
         """Execute on ``conn`` inside one transaction (or optimistically without one)."""
         args = self.args if self.prepare is None else (*self.args, prepared)
+        if self.direct is not None:
+            done = self.direct(conn, *args)
+            if done is not None:
+                return done
         if self.optimistic:
             try:
                 return run_without_transaction(conn, self.fn, args)
@@ -470,8 +485,10 @@ class Planner:
                 f"extend expects an iterable of messages, not {type(messages).__name__}"
             ) from None
         fn = _ops.append_one if one else _ops.append_messages
+        direct = _ops.append_direct_one if one else _ops.append_direct
         return Plan(fn, (cid, self.counter.name), write=True,
-                    prepare=lambda: prepare(self.counter, items), prepare_items=len(items))
+                    prepare=lambda: prepare(self.counter, items), prepare_items=len(items),
+                    direct=direct)
 
     def append(self, conversation_id: Any, message: Any) -> Plan:
         return self.extend(conversation_id, [message], one=True)

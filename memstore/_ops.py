@@ -8,6 +8,7 @@ never leave this module.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import time
@@ -341,6 +342,140 @@ def append_messages(
     for i, j in repeats.items():
         results[i] = results[j]
     return [r for r in results if r is not None]
+
+
+def append_direct(
+    conn: Connection, cid: str, counter: str, batch: Sequence[Prepared]
+) -> list[StoredMessage] | None:
+    """:func:`append_messages` as precompiled SQL on the DBAPI cursor, or ``None``.
+
+    The common append (no client ids) pays SQLAlchemy's per-statement machinery and
+    its begin/commit hooks several times over; this sends the same statements
+    (built from the same schema, parameters through the same type processors) on the
+    driver's cursor:
+
+    * SQLite: ``BEGIN IMMEDIATE``, the seq allocation (``RETURNING last_seq``), the
+      insert, ``COMMIT`` (a rollback on any failure): one transaction, as before.
+    * PostgreSQL, one message: one statement in autocommit (``WITH alloc AS (INSERT
+      INTO memstore_conversations ... ON CONFLICT DO UPDATE ... RETURNING last_seq)
+      INSERT INTO memstore_messages SELECT ... FROM alloc``), so one round trip. The
+      conversation row lock the allocation takes is held until that statement
+      commits, so concurrent appends still get contiguous seqs.
+    * PostgreSQL, several messages: the allocation and one ``executemany`` in the
+      driver's transaction, then ``COMMIT`` (the row lock is held until then).
+
+    Returns ``None`` (nothing done, the connection untouched) when the fast path does
+    not apply: client ids in the batch (the idempotency lookup needs the transactional
+    path), a batch larger than one insert
+    chunk (:data:`INSERT_CHUNK`; big batches keep the chunked path, which lets the
+    event loop run between chunks on asyncio), or a connection already inside a
+    transaction. Must be called with no transaction open.
+    """
+    if not batch or len(batch) > INSERT_CHUNK or any(p.message.id is not None for p in batch):
+        return None
+    dialect = conn.dialect
+    if conn.in_transaction():
+        return None
+    fair = conn.connection.driver_connection
+    if getattr(fair, "in_transaction", False):  # a shared SQLite connection mid-write
+        return None
+    if dialect.name == "postgresql":
+        if getattr(conn.connection.dbapi_connection, "autocommit", False):
+            return None  # (never the case on a fresh checkout)
+        if len(batch) == 1:
+            return [_append_one_postgresql(conn, cid, counter, batch[0])]
+    elif dialect.name != "sqlite":
+        return None
+    return _append_batch(conn, cid, counter, batch)
+
+
+def append_direct_one(
+    conn: Connection, cid: str, counter: str, batch: Sequence[Prepared]
+) -> StoredMessage | None:
+    """:func:`append_direct` of one message (``None`` when it does not apply)."""
+    done = append_direct(conn, cid, counter, batch)
+    return done[0] if done is not None else None
+
+
+def _allocation(cid: str, now: datetime, batch: Sequence[Prepared]) -> dict[str, Any]:
+    return {"cid": cid, "now": now, "meta": {}, "count": len(batch),
+            "tokens": sum(p.token_count for p in batch),
+            "max_score": max(1.0, *(p.message.score for p in batch)),
+            "epoch": q.new_epoch()}
+
+
+def _append_one_postgresql(
+    conn: Connection, cid: str, counter: str, p: Prepared
+) -> StoredMessage:
+    compiled = q.hot_write(conn.dialect, "append_one")
+    now = utcnow()
+    row = _message_row(cid, 0, p, new_message_id(), counter, now)
+    params = compiled.params({**_allocation(cid, now, [p]), **row})
+    conn.execution_options(isolation_level="AUTOCOMMIT")
+    dbapi = conn.connection.dbapi_connection
+    assert dbapi is not None
+    try:
+        cursor = dbapi.cursor()
+        try:
+            cursor.execute(compiled.sql, params)
+            row["seq"] = int(cursor.fetchall()[0][0])
+        finally:
+            cursor.close()
+    except conn.dialect.loaded_dbapi.Error as exc:
+        raise _driver_error(conn, exc, compiled.sql, params) from exc
+    return _stored_from_row_dict(row, p.message)
+
+
+def _append_batch(
+    conn: Connection, cid: str, counter: str, batch: Sequence[Prepared]
+) -> list[StoredMessage]:
+    """Allocate and insert ``batch`` in one transaction on the DBAPI cursor.
+
+    SQLite: ``BEGIN IMMEDIATE`` ... ``COMMIT`` (memstore drives SQLite's transactions);
+    PostgreSQL: the driver's implicit transaction, committed or rolled back here.
+    """
+    sqlite = conn.dialect.name == "sqlite"
+    allocate = q.hot_write(conn.dialect, "allocate")
+    insert = q.hot_write(conn.dialect, "insert")
+    now = utcnow()
+    rows = [_message_row(cid, 0, p, new_message_id(), counter, now) for p in batch]
+    dbapi = conn.connection.dbapi_connection
+    assert dbapi is not None
+    statement, params = "BEGIN IMMEDIATE", None
+    cursor = dbapi.cursor()
+    try:
+        if sqlite:
+            cursor.execute(statement)
+        try:
+            statement, params = allocate.sql, allocate.params(_allocation(cid, now, batch))
+            cursor.execute(statement, params)
+            first = int(cursor.fetchall()[0][0]) - len(rows) + 1
+            for offset, row in enumerate(rows):
+                row["seq"] = first + offset
+            statement = insert.sql
+            params = [insert.params(row) for row in rows]
+            if len(params) == 1:
+                cursor.execute(statement, params[0])
+            else:
+                cursor.executemany(statement, params)
+            statement, params = "COMMIT", None
+            if sqlite:
+                cursor.execute(statement)
+            else:
+                dbapi.commit()
+        except BaseException:
+            # (no transaction may be left to roll back, e.g. when COMMIT failed)
+            with contextlib.suppress(conn.dialect.loaded_dbapi.Error):
+                if sqlite:
+                    cursor.execute("ROLLBACK")
+                else:
+                    dbapi.rollback()
+            raise
+    except conn.dialect.loaded_dbapi.Error as exc:
+        raise _driver_error(conn, exc, statement, params) from exc
+    finally:
+        cursor.close()
+    return [_stored_from_row_dict(row, p.message) for row, p in zip(rows, batch)]
 
 
 def set_score(conn: Connection, cid: str, seq: int, score: float) -> StoredMessage:

@@ -7,6 +7,7 @@ Every statement here is scoped to one conversation id except
 
 from __future__ import annotations
 
+import functools
 import secrets
 from datetime import datetime
 from typing import Any, cast
@@ -46,6 +47,7 @@ __all__ = [
     "delete_messages",
     "delete_summaries",
     "hot",
+    "hot_write",
     "insert_conversation",
     "insert_messages",
     "insert_summaries",
@@ -54,6 +56,7 @@ __all__ = [
     "messages_by_ids",
     "messages_range",
     "new_epoch",
+    "precompile",
     "schema_revision",
     "sum_tokens",
     "summaries_of",
@@ -286,6 +289,7 @@ def delete_summaries(cid: str, *, last_from: int | None = None) -> Delete:
 # dialect and runs the SQL text with ``exec_driver_sql`` (rows are decoded by
 # ``memstore._ops``). The statements are still built here, once, from the schema.
 
+@functools.cache
 def _hot_statements() -> dict[str, Any]:
     cid: BindParameter[str] = bindparam("cid", type_=String())
     return {
@@ -340,14 +344,47 @@ def _latest_number(cid: BindParameter[str], last: BindParameter[int]) -> Any:
     )
 
 
+@functools.cache
+def _write_statements(dialect: str) -> dict[str, Any]:
+    """The append path's statements (run on the DBAPI cursor, see ``memstore._ops``)."""
+    cols = list(messages.c)
+    row = {c.name: bindparam(c.name, type_=c.type) for c in cols}
+    out: dict[str, Any] = {
+        "allocate": _allocate_statement(dialect),
+        "insert": messages.insert().values(**row),
+    }
+    if dialect == "postgresql":
+        # One statement: allocate the seq on the conversation row (creating it, taking
+        # its row lock until the statement commits) and insert the message at it.
+        alloc = _allocate_statement(dialect).cte("alloc")
+        values = select(*[alloc.c.last_seq if c.name == "seq" else row[c.name] for c in cols])
+        out["append_one"] = (
+            postgresql.insert(messages)
+            .from_select([c.name for c in cols], values.select_from(alloc))
+            .returning(M.seq)
+        )
+    return out
+
+
 class CompiledSQL:
-    """One statement compiled for one dialect: its SQL text and how to order parameters."""
+    """One statement compiled for one dialect: its SQL text and how to order parameters.
 
-    __slots__ = ("defaults", "positions", "sql")
+    With ``process=True`` parameter values go through their SQLAlchemy types' bind
+    processors (JSON serialisation, UTC timestamps...), as ``Connection.execute``
+    would apply them: the write path sends Python values.
+    """
 
-    def __init__(self, statement: Any, dialect: Dialect) -> None:
+    __slots__ = ("defaults", "positions", "processors", "sql")
+
+    def __init__(self, statement: Any, dialect: Dialect, *, process: bool = False) -> None:
         compiled = statement.compile(dialect=dialect)
         self.sql: str = compiled.string
+        self.processors: dict[str, Any] = {}
+        if process:
+            for name, bind in compiled.binds.items():
+                proc = bind.type.dialect_impl(dialect).bind_processor(dialect)
+                if proc is not None:
+                    self.processors[name] = proc
         # literal binds the compiler added itself (e.g. SQLite's OFFSET 0)
         self.defaults: dict[str, Any] = {
             name: bind.value for name, bind in compiled.binds.items() if bind.value is not None
@@ -359,6 +396,23 @@ class CompiledSQL:
 
     def params(self, values: dict[str, Any]) -> Any:
         """Parameters in the driver's paramstyle."""
+        if self.processors:
+            procs = self.processors
+            if self.positions is not None:  # straight to the tuple (the write path)
+                defaults = self.defaults
+                out = []
+                done: dict[str, Any] = {}  # a name bound twice (``now``) is processed once
+                for name in self.positions:
+                    v = values[name] if name in values else defaults[name]
+                    p = procs.get(name)
+                    if p is not None and v is not None:
+                        if name not in done:
+                            done[name] = p(v)
+                        v = done[name]
+                    out.append(v)
+                return tuple(out)
+            values = {k: (p(v) if (p := procs.get(k)) is not None and v is not None else v)
+                      for k, v in values.items()}
         if self.positions is None:
             return {**self.defaults, **values} if self.defaults else values
         return tuple(
@@ -375,5 +429,28 @@ def hot(dialect: Dialect, name: str) -> CompiledSQL:
     found = _COMPILED.get(key)
     if found is None:
         found = CompiledSQL(_hot_statements()[name], dialect)
+        _COMPILED[key] = found
+    return found
+
+
+def precompile(dialect: Dialect) -> None:
+    """Compile the window's and the append's statements for ``dialect`` now.
+
+    Compiling costs more than running them (milliseconds each); a store does it when
+    it opens, so the first window and the first append of a fresh process do not pay
+    it. Idempotent (compiled once per dialect and driver per process).
+    """
+    for name in ("conversation", "range", "range_checked"):
+        hot(dialect, name)
+    for name in _write_statements(dialect.name):
+        hot_write(dialect, name)
+
+
+def hot_write(dialect: Dialect, name: str) -> CompiledSQL:
+    """A precompiled write statement (``allocate``, ``insert``; PostgreSQL ``append_one``)."""
+    key = (dialect.name, dialect.driver, "write:" + name)
+    found = _COMPILED.get(key)
+    if found is None:
+        found = CompiledSQL(_write_statements(dialect.name)[name], dialect, process=True)
         _COMPILED[key] = found
     return found

@@ -860,6 +860,9 @@ class StoreStats(BaseModel):
 _M = TypeVar("_M", bound=BaseModel)
 
 
+_SHARED_FIELDS_SET: dict[type[BaseModel], set[str]] = {}
+
+
 def build_trusted(cls: type[_M], values: dict[str, Any]) -> _M:
     """Instantiate a model from trusted, complete field values without validation.
 
@@ -870,7 +873,15 @@ def build_trusted(cls: type[_M], values: dict[str, Any]) -> _M:
     """
     obj = cls.__new__(cls)
     object.__setattr__(obj, "__dict__", values)
-    object.__setattr__(obj, "__pydantic_fields_set__", set(values))
+    fields_set = _SHARED_FIELDS_SET.get(cls)
+    if fields_set is None or len(fields_set) != len(values):
+        fields_set = set(values)
+        if cls.model_config.get("frozen") and len(values) == len(cls.model_fields):
+            # Every field is set and a frozen model never adds to the set: instances
+            # share one (a set per row is a GC-tracked object per cached row).
+            _SHARED_FIELDS_SET[cls] = fields_set
+            fields_set = set(values)
+    object.__setattr__(obj, "__pydantic_fields_set__", fields_set)
     object.__setattr__(obj, "__pydantic_extra__", None)
     object.__setattr__(obj, "__pydantic_private__", None)
     return obj
