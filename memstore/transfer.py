@@ -7,7 +7,7 @@ Example:
     >>> _ = source.extend("chat-1", [Message.user("Hello"), Message.assistant("Hi!")])
     >>> buffer = io.StringIO()
     >>> export_jsonl(source, buffer)
-    ExportResult(conversations=1, messages=2)
+    ExportResult(conversations=1, messages=2, summaries=0)
     >>> _ = buffer.seek(0)
     >>> import_jsonl(target, buffer).conversations[0].written
     2
