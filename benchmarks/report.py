@@ -685,7 +685,7 @@ def render_markdown(doc: dict[str, Any], plot_name: str | None) -> str:
     if plot_name:
         lines += [f"![window p50 vs history length]({plot_name})", ""]
     lines += [
-        "## Targets (issue 5)",
+        "## Targets",
         "",
         "Each verdict is computed from this run's numbers. `TokenLimited` targets use the "
         "4,000-token window at every size run (the 32,000-token numbers are in the "

@@ -11,7 +11,8 @@ token-budgeted context windows per conversation id::
     window.to_openai()
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
+from importlib.metadata import version as _version
 
 from memstore._cache import CacheInfo
 from memstore.aio import AsyncChatContext, AsyncMemoryStore
@@ -60,6 +61,7 @@ from memstore.models import (
     Message,
     Omission,
     StoredMessage,
+    StoreStats,
     Summary,
     TextPart,
     ToolCall,
@@ -95,8 +97,8 @@ from memstore.views import (
 )
 
 try:
-    __version__ = version("memstore")
-except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+    __version__ = _version("memstore")
+except _PackageNotFoundError:  # pragma: no cover - running from a bare checkout
     __version__ = "0.0.0"
 
 __all__ = [
@@ -150,6 +152,7 @@ __all__ = [
     "SchemaOutOfDateError",
     "SchemaTooNewError",
     "ScoreBasedView",
+    "StoreStats",
     "StoredMessage",
     "Strategy",
     "Strict",

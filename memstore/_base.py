@@ -455,6 +455,9 @@ class Planner:
     def delete_conversation(self, id: Any) -> Plan:
         return Plan(_ops.delete_conversation, (check_conversation_id(id),), write=True)
 
+    def stats(self) -> Plan:
+        return Plan(_ops.stats, snapshot=True)
+
     # writing
     def extend(self, conversation_id: Any, messages: Iterable[Any], *, one: bool = False) -> Plan:
         cid = check_conversation_id(conversation_id)

@@ -37,6 +37,7 @@ from memstore.models import (
     ImageURL,
     Message,
     StoredMessage,
+    StoreStats,
     Summary,
     TextPart,
     ToolCall,
@@ -442,6 +443,24 @@ def get_message(conn: Connection, cid: str, seq: int) -> StoredMessage:
 def count_tokens(conn: Connection, cid: str) -> int:
     """Sum of the stored per-message token counts (from the conversation row, O(1))."""
     return int(_conversation_row(conn, cid).token_count)
+
+
+def stats(conn: Connection) -> StoreStats:
+    """Totals over the conversation rows, the database size and the schema revision."""
+    row = conn.execute(q.totals()).one()
+    if conn.dialect.name == "sqlite":
+        pages = conn.exec_driver_sql("PRAGMA page_count").scalar_one()
+        size = conn.exec_driver_sql("PRAGMA page_size").scalar_one()
+        database_bytes: int | None = int(pages) * int(size)
+    elif conn.dialect.name == "postgresql":
+        database_bytes = int(conn.exec_driver_sql(
+            "SELECT pg_database_size(current_database())").scalar_one())
+    else:  # pragma: no cover - memstore supports SQLite and PostgreSQL
+        database_bytes = None
+    revision = conn.execute(q.schema_revision()).scalar()
+    return StoreStats(conversations=int(row[0]), messages=int(row[1] or 0),
+                      tokens=int(row[2] or 0), database_bytes=database_bytes,
+                      schema_revision=revision)
 
 
 def _driver_error(conn: Connection, exc: Exception, statement: str, params: Any) -> Exception:

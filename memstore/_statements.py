@@ -2,14 +2,14 @@
 
 Pure functions: they build SQLAlchemy Core statements and never execute them.
 Every statement here is scoped to one conversation id except
-:func:`list_conversations` (an administrative listing, not a hot path).
+:func:`list_conversations` and :func:`totals` (administrative, not hot paths).
 """
 
 from __future__ import annotations
 
 import secrets
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     BigInteger,
@@ -23,18 +23,20 @@ from sqlalchemy import (
     and_,
     bindparam,
     case,
+    column,
     delete,
     func,
     literal,
     literal_column,
     select,
+    table,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.dml import Insert
 
-from memstore.schema import conversations, messages, summaries
+from memstore.schema import VERSION_TABLE, conversations, messages, summaries
 
 __all__ = [
     "CompiledSQL",
@@ -52,8 +54,10 @@ __all__ = [
     "messages_by_ids",
     "messages_range",
     "new_epoch",
+    "schema_revision",
     "sum_tokens",
     "summaries_of",
+    "totals",
     "update_conversation",
     "update_message",
 ]
@@ -89,6 +93,18 @@ def list_conversations(limit: int, after: str | None) -> Select[Any]:
     """Conversations ordered by id, keyset-paginated."""
     stmt = select(conversations).order_by(C.id).limit(limit)
     return stmt.where(C.id > after) if after is not None else stmt
+
+
+def totals() -> Select[Any]:
+    """Conversations, messages and tokens of the whole database (administrative)."""
+    stmt = select(func.count(), func.sum(C.last_seq - C.first_seq + 1), func.sum(C.token_count))
+    return cast("Select[Any]", stmt)
+
+
+def schema_revision() -> Select[Any]:
+    """Memstore's migration revision (its own Alembic version table)."""
+    version = table(VERSION_TABLE, column("version_num"))
+    return select(version.c.version_num).limit(1)
 
 
 def insert_conversation(values: dict[str, Any]) -> Insert:

@@ -37,6 +37,7 @@ from memstore.models import (
     ConversationState,
     Message,
     StoredMessage,
+    StoreStats,
     Summary,
 )
 from memstore.tokens import TokenCounter
@@ -195,6 +196,10 @@ class AsyncMemoryStore:
     async def delete_conversation(self, id: str) -> None:
         """Delete a conversation and its messages (see :meth:`MemoryStore.delete_conversation`)."""
         await self._execute(self._plan.delete_conversation(id))
+
+    async def stats(self) -> StoreStats:
+        """Totals of the whole database (see :meth:`MemoryStore.stats`)."""
+        return await self._execute(self._plan.stats())  # type: ignore[no-any-return]
 
     # ---- writing --------------------------------------------------------------------
 

@@ -46,6 +46,7 @@ __all__ = [
     "Omission",
     "OmissionReason",
     "Role",
+    "StoreStats",
     "StoredMessage",
     "Summary",
     "TextPart",
@@ -830,6 +831,30 @@ class ConversationState(BaseModel):
         """Parse a JSON string produced by :meth:`to_json`."""
         return cls.model_validate_json(text)
 
+
+
+class StoreStats(BaseModel):
+    """Totals of a whole database (``store.stats()``, ``memstore stats``).
+
+    Computed from the conversation rows (one aggregate over them, not over messages),
+    so it is cheap but not a hot-path call.
+
+    Attributes:
+        conversations: stored conversations.
+        messages: stored messages.
+        tokens: sum of the stored per-message token counts.
+        database_bytes: the database's size on disk (SQLite pages, or PostgreSQL's
+            ``pg_database_size``); ``None`` when the backend does not report it.
+        schema_revision: memstore's migration revision in the database, if any.
+    """
+
+    model_config = _FROZEN
+
+    conversations: int
+    messages: int
+    tokens: int
+    database_bytes: int | None = None
+    schema_revision: str | None = None
 
 
 _M = TypeVar("_M", bound=BaseModel)

@@ -34,6 +34,7 @@ from memstore.models import (
     ConversationState,
     Message,
     StoredMessage,
+    StoreStats,
     Summary,
 )
 from memstore.tokens import TokenCounter
@@ -181,6 +182,14 @@ class MemoryStore:
     def delete_conversation(self, id: str) -> None:
         """Delete a conversation and all its messages (one transaction)."""
         self._execute(self._plan.delete_conversation(id))
+
+    def stats(self) -> StoreStats:
+        """Totals of the whole database: conversations, messages, tokens, size, revision.
+
+        One aggregate over the conversation rows (never over messages): an
+        administrative call, not for a hot path.
+        """
+        return self._execute(self._plan.stats())  # type: ignore[no-any-return]
 
     # ---- writing --------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """Atomic units: an assistant tool call together with the tool results that answer it.
 
 Every view keeps or drops *units* whole, so a window never holds an orphan tool
-result or an unanswered tool call. The grouping rule (DESIGN §5):
+result or an unanswered tool call. The grouping rule:
 
 * A **run** is an assistant message with ``tool_calls`` followed by the
   consecutive ``tool`` messages after it (up to the next non-tool message).

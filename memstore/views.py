@@ -7,7 +7,7 @@ range queries, :class:`~memstore.history.ListHistory` wraps a list), newest-firs
 and page by page, and stops as soon as older messages cannot change its result.
 Reading a window never writes.
 
-Rules shared by every view (DESIGN §5):
+Rules shared by every view:
 
 * **Units.** Messages are kept or dropped in units (see :mod:`memstore.units`):
   an assistant tool call and the results answering it are one unit. Incomplete
@@ -841,7 +841,7 @@ class ScoreBasedView(ContextView):
     taken highest first (ties: newer first); a unit that does not fit is skipped
     and the walk goes on; output is chronological. Omitted reason: ``"score"``.
 
-    Decay (DESIGN §5): walking the stored non-anchored messages newest to oldest,
+    Decay: walking the stored non-anchored messages newest to oldest,
     the j-th (j = 1 for the newest) scores ``score * keep_rate ** j``, whether or not
     it is kept. A message is "anchored" here by its own flag (system, developer,
     pinned); anchored messages do not advance j. With ``half_life`` (seconds) —

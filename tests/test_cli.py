@@ -1,14 +1,31 @@
-"""The memstore command, driven through main() on a temporary SQLite database."""
+"""The memstore command.
+
+Most cases run main() in-process (fast); a few broad ones spawn the installed ``memstore``
+script, as a user would, on SQLite and PostgreSQL.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from memstore.cli import main
+from memstore import MemoryStore, Message, ToolCall
+from memstore.cli import build_parser, main
+
+SCRIPT = Path(sys.executable).parent / "memstore"
+
+
+@pytest.fixture(autouse=True)
+def wide_tables(monkeypatch: Any) -> None:
+    """Rich tables take the terminal's width; make it wide so rows stay on one line."""
+    monkeypatch.setenv("COLUMNS", "200")
 
 
 @pytest.fixture
@@ -17,39 +34,178 @@ def url(tmp_path: Path) -> str:
 
 
 def run(capsys: Any, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse usage errors and --version
+        code = int(exc.code or 0)
     out, err = capsys.readouterr()
     return code, out, err
 
 
-def test_append_window_messages_and_conversations(url: str, capsys: Any) -> None:
-    assert run(capsys, "append", "demo", "system", "You are terse.", "--url", url)[0] == 0
-    code, out, _ = run(capsys, "append", "demo", "user", "Where is my order?", "--url", url)
-    assert code == 0 and "stored seq 2" in out and "tiktoken/cl100k_base" in out
-    code, out, _ = run(capsys, "window", "demo", "--tokens", "4000", "--url", url)
+def spawn(*argv: str, env: dict[str, str] | None = None, cwd: Path | None = None,
+          stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "COLUMNS": "120"}
+    full_env.pop("MEMSTORE_URL", None)
+    full_env.update(env or {})
+    return subprocess.run([str(SCRIPT), *argv], capture_output=True, text=True, env=full_env,
+                          cwd=cwd, input=stdin, timeout=120)
+
+
+def one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("memstore"), err
+    return lines[0]
+
+
+def _history(n_turns: int = 30) -> list[dict[str, Any]]:
+    lines: list[dict[str, Any]] = [{"role": "system", "content": "sys"}]
+    for i in range(n_turns):
+        lines.append({"role": "user", "content": f"question {i}"})
+        lines.append({"role": "assistant", "content": f"answer {i}"})
+    return lines
+
+
+# ---- through the installed script -------------------------------------------------------
+
+
+def test_installed_script_end_to_end(db_url: str) -> None:
+    assert SCRIPT.exists(), "the memstore script is installed with the package"
+    # global options before the command, and MEMSTORE_URL
+    assert spawn("--url", db_url, "append", "c", "system", "You are terse.").returncode == 0
+    r = spawn("append", "c", "user", "Where is my order?", env={"MEMSTORE_URL": db_url})
+    assert r.returncode == 0 and "stored seq 2" in r.stdout
+    listed = spawn("messages", "c", "--url", db_url)  # piped: JSON lines
+    assert [json.loads(x)["seq"] for x in listed.stdout.splitlines()] == [1, 2]
+    window = json.loads(spawn("--url", db_url, "window", "c", "--format", "json").stdout)
+    assert [m["role"] for m in window["messages"]] == ["system", "user"]
+    assert window["budget"] == 4000 and window["seqs"] == [1, 2]
+    # bad usage: exit 2, one line naming the option
+    bad = spawn("window", "c", "--tokens", "-5", "--url", db_url)
+    assert bad.returncode == 2 and "--budget/--tokens" in one_error_line(bad.stderr)
+    # runtime error: exit 1, one line; --debug adds the traceback
+    debug = spawn("--debug", "window", "nope", "--url", db_url)
+    assert debug.returncode == 1 and "Traceback" in debug.stderr
+    assert debug.stderr.strip().splitlines()[-1] == "memstore: error: conversation 'nope' " \
+        "does not exist"
+
+
+def test_installed_script_demo_and_default_database(tmp_path: Path, capsys: Any,
+                                                    monkeypatch: Any) -> None:
+    first = spawn("demo", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert (tmp_path / "memstore.db").exists()  # the embedded default
+    lines = first.stdout.splitlines()
+    header = "\n".join(lines[:4])
+    for word in ("token", "score", "buffered", "head &", "recent", "unbounded", "builder",
+                 "seq", "role", "text"):
+        assert word in header, word
+    rows = [line for line in lines if line[:3].strip().isdigit()]
+    assert [int(r[:3]) for r in rows] == list(range(1, 16))
+    assert rows[-1].count("✗ open") == 7  # the pending call at the end, in every column
+    assert "✓ sent to the model" in first.stdout and first.stderr == ""
+
+    again = spawn("demo", "--budget", "600", "--format", "json", cwd=tmp_path)
+    data = json.loads(again.stdout)
+    assert data["budget"] == 600 and len(data["messages"]) == 15
+    assert len(data["views"]) == 7 and "builder" in data["views"]
+    for name, view in data["views"].items():
+        decisions = view["decisions"]
+        assert decisions["15"] == "incomplete_unit", name
+        for m in data["messages"]:
+            if m["anchored"]:
+                assert decisions[str(m["seq"])] == "kept", name
+        if view["budget"] is not None:
+            assert view["token_count"] <= 600
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MEMSTORE_URL", raising=False)
+    code, out, _ = run(capsys, "stats", "--format", "json")
     assert code == 0
-    assert "#1 system    You are terse." in out and "#2 user      Where is my order?" in out
-    assert "2 messages" in out and "of 4000" in out
-    code, out, _ = run(capsys, "window", "demo", "--json", "--url", url)
-    payload = json.loads(out)
-    assert [m["role"] for m in payload["messages"]] == ["system", "user"]
-    assert payload["budget"] == 4000 and payload["token_count"] <= 4000
-    code, out, _ = run(capsys, "messages", "demo", "--newest-first", "--limit", "1", "--url", url)
-    assert json.loads(out)["seq"] == 2
-    code, out, _ = run(capsys, "conversations", "--url", url)
-    assert out.startswith("demo\t2 messages")
+    stats = json.loads(out)
+    assert stats["conversations"] == 1 and stats["messages"] == 15  # replaced, not appended
+
+
+def test_installed_script_never_creates_a_database_to_read(tmp_path: Path,
+                                                           capsys: Any) -> None:
+    typo = tmp_path / "typo.db"
+    for argv in (["window", "agent-1"], ["stats"]):
+        r = spawn(*argv, "--url", f"sqlite:///{typo}")
+        assert r.returncode == 1, argv
+        assert "no database at" in one_error_line(r.stderr)
+    for argv in (["messages", "agent-1"], ["conversations"], ["conversations", "show", "a"],
+                 ["db", "check"], ["pop", "agent-1"], ["clear", "a"], ["delete", "a"],
+                 ["state", "save", "a"], ["db", "downgrade", "base"]):
+        code, _, err = run(capsys, *argv, "--url", f"sqlite:///{typo}")
+        assert code == 1 and "no database at" in one_error_line(err), argv
+    assert not typo.exists()
+
+
+def test_installed_script_is_quiet_on_a_closed_pipe(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'pipe.db'}"
+    with MemoryStore(url) as store:
+        store.extend("big", [Message.user(f"message {i} " * 20) for i in range(3000)])
+    with subprocess.Popen([str(SCRIPT), "messages", "big", "--url", url],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.readline()
+        proc.stdout.close()  # like `| head -1`
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=60) == 0
+    assert err == ""
+
+
+# ---- in-process: every command and its formats ------------------------------------------
+
+
+def test_every_option_has_help_text() -> None:
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    walk(child, f"{path} {name}")
+            elif action.help is None:
+                pytest.fail(f"{path}: {action.option_strings or action.dest} has no help")
+
+    walk(build_parser(), "memstore")
+
+
+def test_append_messages_window_and_formats(url: str, capsys: Any) -> None:
+    assert run(capsys, "append", "c", "system", "You are terse.", "--url", url)[0] == 0
+    code, out, _ = run(capsys, "append", "c", "user", "Where is my order?", "--pin",
+                       "--score", "2", "--id", "k1", "--url", url)
+    assert code == 0 and "stored seq 2" in out and "tiktoken/cl100k_base" in out
+    # the same client id again stores nothing new
+    code, out, _ = run(capsys, "append", "c", "user", "Where is my order?", "--id", "k1",
+                       "--url", url)
+    assert "stored seq 2" in out
+
+    code, out, _ = run(capsys, "messages", "c", "--format", "table", "--url", url)
+    assert code == 0 and "user (pinned)" in out and "Where is my order?" in out
+    code, out, _ = run(capsys, "messages", "c", "--format", "json", "--url", url)
+    rows = json.loads(out)
+    assert rows[1]["pinned"] is True and rows[1]["score"] == 2.0 and rows[1]["id"] == "k1"
+    code, out, _ = run(capsys, "messages", "c", "--format", "openai", "--newest-first",
+                       "--limit", "1", "--url", url)
+    assert json.loads(out) == [{"role": "user", "content": "Where is my order?"}]
+    code, out, _ = run(capsys, "messages", "c", "--start", "2", "--url", url)
+    assert [json.loads(x)["seq"] for x in out.splitlines()] == [2]
+
+    code, out, _ = run(capsys, "window", "c", "--format", "table", "--url", url)
+    assert "anchored" in out and "pinned" in out and "2 messages" in out and "of 4,000" in out
+    code, out, _ = run(capsys, "window", "c", "--json", "--url", url)
+    assert json.loads(out)["report"]["view"] == "TokenLimitedView"
+    code, out, _ = run(capsys, "window", "c", "--format", "jsonl", "--url", url)
+    assert [json.loads(x)["seq"] for x in out.splitlines()] == [1, 2]
 
 
 @pytest.mark.parametrize("view", ["token-limited", "score-based", "buffered", "head-and-tail",
                                   "recent-turns", "unbounded"])
-def test_every_view_from_the_command_line(url: str, capsys: Any, tmp_path: Path, view: str) -> None:
-    lines = [{"role": "system", "content": "sys"}]
-    for i in range(30):
-        lines.append({"role": "user", "content": f"question {i}"})
-        lines.append({"role": "assistant", "content": f"answer {i}"})
-    source = tmp_path / "history.jsonl"
-    source.write_text("\n".join(json.dumps(x) for x in lines))
-    assert run(capsys, "import", "c", str(source), "--url", url)[0] == 0
+def test_every_view_from_the_command_line(url: str, capsys: Any, tmp_path: Path,
+                                          view: str) -> None:
+    source = tmp_path / "history.json"
+    source.write_text(json.dumps(_history()))
+    assert run(capsys, "import", str(source), "--into", "c", "--format", "openai",
+               "--url", url)[0] == 0
     code, out, _ = run(capsys, "window", "c", "--view", view, "--tokens", "60", "--size", "4",
                        "--json", "--url", url)
     assert code == 0
@@ -57,17 +213,157 @@ def test_every_view_from_the_command_line(url: str, capsys: Any, tmp_path: Path,
     assert payload["messages"][0]["role"] == "system"
     assert payload["messages"][-1]["content"] == "answer 29"
     if view != "unbounded":
-        assert len(payload["messages"]) < len(lines)
+        assert len(payload["messages"]) < 61
+    code, out, _ = run(capsys, "window", "c", "--view", view, "--tokens", "60", "--size", "4",
+                       "--format", "table", "--url", url)
+    assert code == 0 and "rows read" in out
 
 
-def test_state_save_and_load(url: str, capsys: Any, tmp_path: Path) -> None:
+def test_score_based_options_reach_the_view(url: str, capsys: Any) -> None:
+    with MemoryStore(url) as store:
+        store.extend("c", [Message.user(f"turn {i}", score=5.0 if i == 0 else 1.0)
+                           for i in range(40)])
+    def seqs(*extra: str) -> list[int]:
+        code, out, err = run(capsys, "window", "c", "--view", "score-based", "--budget", "60",
+                             *extra, "--json", "--url", url)
+        assert code == 0, err
+        return list(json.loads(out)["seqs"])
+
+    assert 1 in seqs("--keep-rate", "0.99")  # slow decay: the high-scored first turn wins
+    assert 1 not in seqs("--keep-rate", "0.5")  # fast decay: only recent turns
+    assert seqs("--half-life", "3600")  # half-life replaces keep-rate; still a window
+    code, _, err = run(capsys, "window", "c", "--view", "score-based", "--half-life", "0",
+                       "--url", url)
+    assert code == 2 and "--half-life" in err
+
+
+def test_conversations_list_show_delete_clear_pop(url: str, capsys: Any) -> None:
+    with MemoryStore(url) as store:
+        for cid in ("a", "b", "c"):
+            store.extend(cid, [Message.user("one"), Message.assistant("two")])
+    code, out, err = run(capsys, "conversations", "list", "--limit", "2", "--url", url)
+    assert [json.loads(x)["id"] for x in out.splitlines()] == ["a", "b"]
+    assert "--after b" in err
+    code, out, _ = run(capsys, "conversations", "--after", "b", "--url", url)
+    assert [json.loads(x)["id"] for x in out.splitlines()] == ["c"]
+    code, out, _ = run(capsys, "conversations", "--format", "table", "--url", url)
+    assert "messages" in out and "updated" in out
+    code, out, _ = run(capsys, "conversations", "show", "b", "--format", "json", "--url", url)
+    assert json.loads(out)["message_count"] == 2
+
+    code, out, _ = run(capsys, "pop", "a", "--url", url)
+    assert json.loads(out)["content"] == "two"
+    code, out, _ = run(capsys, "clear", "b", "--url", url)
+    assert "deleted 2 messages" in out
+    assert run(capsys, "conversations", "delete", "c", "--url", url)[0] == 0
+    assert run(capsys, "delete", "b", "--url", url)[0] == 0
+    code, out, _ = run(capsys, "conversations", "--url", url)
+    assert [json.loads(x)["id"] for x in out.splitlines()] == ["a"]
+    code, _, err = run(capsys, "delete", "b", "--url", url)
+    assert code == 1 and "'b' does not exist" in err
+
+
+def test_stats(db_url: str, capsys: Any) -> None:
+    with MemoryStore(db_url) as store:
+        store.extend("a", [Message.user("hello"), Message.assistant("hi")])
+        tokens = store.count_tokens("a")
+    code, out, _ = run(capsys, "stats", "--format", "json", "--url", db_url)
+    data = json.loads(out)
+    assert (data["conversations"], data["messages"], data["tokens"]) == (1, 2, tokens)
+    code, out, _ = run(capsys, "stats", "--format", "table", "--url", db_url)
+    assert code == 0 and "schema revision" in out and "database size" in out
+
+
+def test_state_save_and_load_needs_replace(url: str, capsys: Any, tmp_path: Path) -> None:
     run(capsys, "append", "a", "user", "hello", "--url", url)
-    out_file = tmp_path / "state.json"
-    assert run(capsys, "state", "save", "a", "-o", str(out_file), "--url", url)[0] == 0
-    code, out, _ = run(capsys, "state", "load", str(out_file), "--as", "b", "--url", url)
+    snapshot = tmp_path / "state.json"
+    assert run(capsys, "state", "save", "a", "-o", str(snapshot), "--url", url)[0] == 0
+    code, out, _ = run(capsys, "state", "load", str(snapshot), "--as", "b", "--url", url)
     assert code == 0 and "loaded 1 messages into 'b'" in out
-    code, out, _ = run(capsys, "messages", "b", "--url", url)
+    code, out, _ = run(capsys, "state", "load", str(snapshot), "--as", "b", "--url", url)
+    assert code == 0 and "nothing to do" in out
+    run(capsys, "append", "c", "user", "other content", "--url", url)
+    code, _, err = run(capsys, "state", "load", str(snapshot), "--as", "c", "--url", url)
+    assert code == 1 and "--replace" in err
+    code, out, _ = run(capsys, "messages", "c", "--url", url)
+    assert json.loads(out)["content"] == "other content"  # untouched
+    assert run(capsys, "state", "load", str(snapshot), "--as", "c", "--replace",
+               "--url", url)[0] == 0
+    code, out, _ = run(capsys, "messages", "c", "--url", url)
     assert json.loads(out)["content"] == "hello"
+    run(capsys, "append", "d", "user", "first", "--url", url)
+    assert run(capsys, "state", "load", str(snapshot), "--as", "d", "--append",
+               "--url", url)[0] == 0
+    code, out, _ = run(capsys, "messages", "d", "--url", url)
+    assert [json.loads(x)["content"] for x in out.splitlines()] == ["first", "hello"]
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "something else"}')
+    code, _, err = run(capsys, "state", "load", str(bad), "--url", url)
+    assert code == 1 and "not a memstore snapshot" in err
+
+
+def test_import_openai_reports_the_bad_line(url: str, capsys: Any, tmp_path: Path) -> None:
+    source = tmp_path / "bad.jsonl"
+    source.write_text('{"role": "user", "content": "ok"}\n'
+                      '{"role": "tool", "content": "no call id"}\n')
+    code, _, err = run(capsys, "import", str(source), "--into", "x", "--format", "openai",
+                       "--url", url)
+    assert code == 1 and f"{source}:2:" in err and "tool_call_id" in err
+    assert len(err.strip().splitlines()) == 1 and "http" not in err
+    source.write_text('{"role": "user", "content": "ok"}\nnot json\n')
+    code, _, err = run(capsys, "import", str(source), "--into", "x", "--format", "openai",
+                       "--url", url)
+    assert code == 1 and f"{source}:2: not JSON" in err
+    code, _, err = run(capsys, "conversations", "--url", url)
+    assert code == 1 or err == ""  # nothing was written: no database, or no conversation
+    code, _, err = run(capsys, "import", str(source), "--format", "openai", "--url", url)
+    assert code == 2 and "--into" in err
+
+
+def test_the_tools_output_is_its_input(url: str, capsys: Any, monkeypatch: Any) -> None:
+    import io
+
+    with MemoryStore(url) as store:
+        store.extend("c", _history(3))
+    code, out, _ = run(capsys, "window", "c", "--format", "openai", "--url", url)
+    monkeypatch.setattr(sys, "stdin", io.StringIO(out))
+    code, out, _ = run(capsys, "import", "-", "--into", "copy", "--format", "openai",
+                       "--url", url)
+    assert code == 0 and "stored 7 messages in 'copy'" in out
+    code, out, _ = run(capsys, "messages", "copy", "--format", "openai", "--url", url)
+    assert json.loads(out) == _history(3)
+
+
+def test_old_import_form_gets_a_hint(url: str, capsys: Any) -> None:
+    code, _, err = run(capsys, "import", "chat-1", "history.json", "--url", url)
+    assert code == 2
+    line = one_error_line(err)
+    assert "memstore import history.json --into chat-1 --format openai" in line
+
+
+def test_usage_errors_are_one_line(url: str, capsys: Any) -> None:
+    for argv, option in ((["window", "c", "--tokens", "-5"], "--budget/--tokens"),
+                         (["window", "c", "--view", "nope"], "--view"),
+                         (["window", "c", "--keep-rate", "0"], "--keep-rate"),
+                         (["messages", "c", "--limit", "x"], "--limit"),
+                         (["append", "c", "robot", "hi"], "role"),
+                         (["append", "c", "user", "hi", "--score", "-1"], "--score"),
+                         (["state", "load", "f", "--replace", "--append"], "--append"),
+                         (["--url", "::not a url::", "stats"], "--url"),
+                         (["--url", "mysql://x@y/z", "stats"], "mysql")):
+        code, _, err = run(capsys, *argv)
+        assert code == 2, argv
+        assert option in one_error_line(err), (argv, err)
+
+
+def test_tool_calls_show_in_tables(url: str, capsys: Any) -> None:
+    with MemoryStore(url) as store:
+        store.extend("t", [Message.user("weather?"),
+                           Message.assistant(tool_calls=[ToolCall(id="c1", name="weather",
+                                                                  arguments="{}")]),
+                           Message.tool("[sunny]", tool_call_id="c1")])
+    code, out, _ = run(capsys, "messages", "t", "--format", "table", "--url", url)
+    assert code == 0 and "weather({})" in out and "[c1] [sunny]" in out  # no markup is interpreted
 
 
 def test_db_commands(tmp_path: Path, capsys: Any) -> None:
@@ -75,7 +371,7 @@ def test_db_commands(tmp_path: Path, capsys: Any) -> None:
     code, _, err = run(capsys, "db", "check", "--url", url)
     assert code == 1 and "memstore db upgrade" in err
     code, out, _ = run(capsys, "db", "current", "--url", url)
-    assert "current: none" in out
+    assert "current: none" in out and not (tmp_path / "fresh.db").exists()
     assert run(capsys, "db", "upgrade", "--url", url)[0] == 0
     assert run(capsys, "db", "check", "--url", url)[0] == 0
     code, out, _ = run(capsys, "db", "upgrade", "--sql", "--url", "postgresql://u@h/db")
@@ -84,8 +380,143 @@ def test_db_commands(tmp_path: Path, capsys: Any) -> None:
     assert run(capsys, "db", "check", "--url", url)[0] == 1
 
 
-def test_errors_are_reported_not_raised(url: str, capsys: Any) -> None:
-    code, _, err = run(capsys, "messages", "missing", "--url", url)
-    assert code == 1 and "'missing' does not exist" in err
-    code, _, err = run(capsys, "append", "x", "tool", "result", "--url", url)
-    assert code == 2 and "tool_call_id" in err
+def test_version(capsys: Any) -> None:
+    from memstore import __version__
+
+    code, out, _ = run(capsys, "--version")
+    assert code == 0 and out.strip() == f"memstore {__version__}"
+
+
+# ---- export and import ------------------------------------------------------------------
+
+
+def _rich_history() -> list[Message]:
+    from memstore.cli._demo import demo_messages
+
+    return [*demo_messages(), Message.user("named, scored, with metadata", name="dana",
+                                           score=3.5, metadata={"k": [1, "two", None]}),
+            Message.tool("late answer", tool_call_id="call_d")]
+
+
+VIEWS = ("token-limited", "score-based", "buffered", "head-and-tail", "recent-turns",
+         "unbounded")
+
+
+def _windows(url: str, cid: str) -> list[Any]:
+    from memstore.cli._commands import make_view
+
+    parser = build_parser()
+    found = []
+    with MemoryStore(url) as store:
+        for view in VIEWS:
+            args = parser.parse_args(["window", cid, "--view", view, "--budget", "700",
+                                      "--size", "5"])
+            w = store.window(cid, make_view(args))
+            found.append((w.seqs, w.token_count, w.report.model_dump(exclude={"rows_read"}),
+                          [m.model_dump(exclude={"conversation_id"}) for m in w.messages]))
+    return found
+
+
+@pytest.mark.postgres
+def test_export_sqlite_import_postgres_round_trip(tmp_path: Path, postgres: Any) -> None:
+    from memstore import migrate
+
+    source = f"sqlite:///{tmp_path / 'source.db'}"
+    with MemoryStore(source) as store:
+        store.create_conversation("a", metadata={"tenant": "acme", "tags": ["x"]})
+        store.extend("a", _rich_history())
+        store.pin("a", 4)
+        store.set_score("a", 5, 0.25)
+        store.extend("b", [Message.user("hello"), Message.assistant("hi")])
+        before = {cid: store.save_state(cid) for cid in ("a", "b")}
+    target = postgres.create_database("memstore_cli")
+    migrate.upgrade(target)
+    dump = tmp_path / "all.jsonl"
+
+    exported = spawn("export", "-o", str(dump), "--url", source)
+    assert exported.returncode == 0, exported.stderr
+    assert "exported 2 conversations, 19 messages" in exported.stderr
+    imported = spawn("import", str(dump), "--url", target)
+    assert imported.returncode == 0, imported.stderr
+    assert imported.stdout.splitlines() == ["a: 17 messages written", "b: 2 messages written"]
+
+    with MemoryStore(target) as store:
+        for cid, state in before.items():
+            after = store.save_state(cid)
+            assert after.conversation.metadata == state.conversation.metadata
+            assert after.conversation.created_at == state.conversation.created_at
+            assert [m.model_dump() for m in after.messages] == \
+                [m.model_dump() for m in state.messages]  # every field, on both databases
+    for cid in ("a", "b"):
+        assert _windows(target, cid) == _windows(source, cid)
+
+    again = spawn("import", str(dump), "--url", target)  # idempotent
+    assert again.returncode == 0
+    assert again.stdout.splitlines() == ["a: nothing new (17 messages already stored)",
+                                         "b: nothing new (2 messages already stored)"]
+    with MemoryStore(target) as store:
+        assert store.stats().messages == 19
+
+
+def test_import_errors_name_the_line_and_write_nothing(url: str, capsys: Any,
+                                                       tmp_path: Path) -> None:
+    with MemoryStore(url) as store:
+        store.extend("a", [Message.user("one"), Message.assistant("two")])
+    dump = tmp_path / "a.jsonl"
+    assert run(capsys, "export", "a", "-o", str(dump), "--url", url)[0] == 0
+    lines = dump.read_text().splitlines()
+    assert json.loads(lines[0])["id"] == "a" and len(lines) == 3
+
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("\n".join([lines[0], lines[1], '{"seq": "x"}']) + "\n")
+    code, _, err = run(capsys, "import", str(broken), "--as", "copy", "--url", url)
+    assert code == 1 and f"{broken}:3:" in one_error_line(err)
+    code, _, err = run(capsys, "messages", "copy", "--url", url)
+    assert code == 1 and "does not exist" in err  # all or nothing
+
+    # a conversation stored with other content needs --replace
+    elsewhere = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    with MemoryStore(elsewhere) as store:
+        store.extend("k", [Message.user("uno", id="m1")])
+    with MemoryStore(url) as store:
+        store.extend("k", [Message.user("one", id="m1"), Message.assistant("two")])
+    other = tmp_path / "other.jsonl"
+    assert run(capsys, "export", "k", "-o", str(other), "--url", elsewhere)[0] == 0
+    code, _, err = run(capsys, "import", str(other), "--url", url)
+    assert code == 1 and "--replace" in one_error_line(err), err
+    code, out, _ = run(capsys, "import", str(other), "--replace", "--url", url)
+    assert code == 0 and "replaced" in out
+    with MemoryStore(url) as store:
+        assert [m.text for m in store.messages("k")] == ["uno"]
+
+
+def test_messages_jsonl_imports_as_a_new_conversation(url: str, capsys: Any,
+                                                      monkeypatch: Any) -> None:
+    import io
+
+    with MemoryStore(url) as store:
+        store.extend("c", _history(2))
+        original = store.messages("c")
+    code, out, _ = run(capsys, "messages", "c", "--format", "jsonl", "--url", url)
+    monkeypatch.setattr(sys, "stdin", io.StringIO(out))
+    code, out, err = run(capsys, "import", "-", "--as", "copy", "--url", url)
+    assert code == 0, err
+    assert out.strip() == "copy: 5 messages written"
+    with MemoryStore(url) as store:
+        copied = store.messages("copy")
+    assert [m.model_dump(exclude={"conversation_id"}) for m in copied] == \
+        [m.model_dump(exclude={"conversation_id"}) for m in original]
+
+
+def test_progress_only_on_a_terminal(capsys: Any, monkeypatch: Any) -> None:
+    from memstore.cli import _output
+
+    with _output.progress_bar("importing", None) as advance:
+        advance(500)
+    assert capsys.readouterr() == ("", "")  # not a terminal: silent
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    with _output.progress_bar("importing", None) as advance:
+        for _ in range(3):
+            advance(500)
+    out, err = capsys.readouterr()
+    assert out == "" and "importing" in err  # on standard error, never in the data

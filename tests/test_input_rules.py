@@ -467,7 +467,7 @@ def test_postgres_scheme_is_postgresql(pg_url: str) -> None:
 
 def test_cli_reports_bad_urls_without_a_traceback(capsys: pytest.CaptureFixture[str]) -> None:
     for url in ("nonsense", "mysql://u@h/db", "agent.db"):
-        assert main(["db", "current", "--url", url]) == 1
+        assert main(["db", "current", "--url", url]) == 2  # bad usage (docs/cli.md)
         err = capsys.readouterr().err
         assert err.startswith("memstore: error:"), err
         assert "Traceback" not in err
@@ -480,7 +480,7 @@ def test_cli_refuses_undecodable_arguments_and_writes_nothing(
     url = f"sqlite:///{tmp_path / 'cli.db'}"
     assert main(["append", "--url", url, "c", "user", "\udcff\udcfe"]) == 2
     assert "surrogate" in capsys.readouterr().err
-    assert main(["append", "--url", url, "\udcff", "user", "hi"]) == 1
+    assert main(["append", "--url", url, "\udcff", "user", "hi"]) == 2  # bad usage
     assert "conversation id" in capsys.readouterr().err
     assert main(["conversations", "--url", url]) == 0
     assert capsys.readouterr().out.strip() == ""

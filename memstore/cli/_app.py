@@ -1,0 +1,350 @@
+"""The ``memstore`` command's parser and entry point (argparse, so no extra dependency).
+
+Exit status: 0 success; 1 a runtime error (one line on standard error, the traceback
+only with ``--debug``); 2 bad usage (one line naming the option). A closed pipe
+(``memstore messages c | head``) ends the command quietly with status 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from pydantic import ValidationError
+
+from memstore.cli import _commands as cmd
+from memstore.cli._demo import demo as _demo
+from memstore.cli._errors import FileFormatError, UsageError, one_line
+from memstore.errors import ConfigurationError, InvalidInputError, MemstoreError
+
+__all__ = ["EPILOG", "build_parser", "main"]
+
+VIEW_CHOICES = ("token-limited", "score-based", "buffered", "head-and-tail", "recent-turns",
+                "unbounded")
+
+EPILOG = (
+    "Every command takes --url (default: $MEMSTORE_URL, else sqlite:///./memstore.db) and "
+    "--debug, before or after the command name. Data goes to standard output (--format "
+    "table on a terminal, jsonl otherwise), status and progress to standard error. Exit "
+    "status: 0 ok, 1 runtime error, 2 bad usage."
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line (exit status 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def _version() -> str:
+    from memstore import __version__
+
+    return __version__
+
+
+# ---- argument types: each error names the option (argparse adds its name) ---------------
+
+
+def _int_at_least(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {minimum}"
+    return parse
+
+
+def _number(minimum: float, maximum: float | None = None,
+            exclusive_min: bool = False) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        low_ok = value > minimum if exclusive_min else value >= minimum
+        if not low_ok or (maximum is not None and value > maximum) or value != value:
+            bound = f"> {minimum}" if exclusive_min else f">= {minimum}"
+            upper = f" and <= {maximum}" if maximum is not None else ""
+            raise argparse.ArgumentTypeError(f"must be a number {bound}{upper}, got {text}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+POSITIVE = _int_at_least(1)
+NON_NEGATIVE = _int_at_least(0)
+
+
+# ---- parser -----------------------------------------------------------------------------
+
+
+def _common() -> argparse.ArgumentParser:
+    """Options every command accepts; SUPPRESS keeps values given before the command."""
+    common = _Parser(add_help=False)
+    common.add_argument("--url", default=argparse.SUPPRESS,
+                        help="database URL (default: $MEMSTORE_URL, else sqlite:///./memstore.db)")
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show the full traceback of an error")
+    return common
+
+
+def _formats(p: argparse.ArgumentParser, choices: Sequence[str]) -> None:
+    p.add_argument("--format", choices=choices, default=None,
+                   help=f"output format: {', '.join(choices)} "
+                        "(default: table on a terminal, jsonl otherwise)")
+
+
+def _conversation(p: argparse.ArgumentParser, help: str = "the conversation id") -> None:
+    p.add_argument("conversation_id", metavar="CONV", help=help)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``memstore`` command (its help is the CLI reference)."""
+    common = _common()
+    parser = _Parser(
+        prog="memstore",
+        description="Durable conversation memory for LLM agents: see what each view keeps "
+                    "(demo), inspect and edit conversations, move them between databases, "
+                    "and migrate the schema.",
+        epilog=EPILOG,
+    )
+    parser.add_argument("--version", action="version", version=f"memstore {_version()}",
+                        help="print memstore's version and exit")
+    parser.add_argument("--url", default=None,
+                        help="database URL (default: $MEMSTORE_URL, else sqlite:///./memstore.db)")
+    parser.add_argument("--debug", action="store_true", default=False,
+                        help="show the full traceback of an error")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
+                                parser_class=_Parser)
+
+    def command(name: str, help: str, func: Callable[[argparse.Namespace], int],
+                parent: Any = sub, **kw: Any) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = parent.add_parser(
+            name, parents=[common], help=help, description=kw.pop("description", help[0].upper()
+                                                                  + help[1:] + "."), **kw)
+        p.set_defaults(func=func)
+        return p
+
+    # demo
+    p = command("demo", "write a sample conversation and show what each view keeps", _demo,
+                description="Write a realistic sample conversation (system prompt, developer "
+                            "note, a pinned user fact, parallel tool calls, a 2,000-token tool "
+                            "output, a pending call) as conversation 'demo', replacing it if it "
+                            "exists, and show side by side what every view, and a context "
+                            "builder, keeps under one budget.")
+    p.add_argument("--budget", type=POSITIVE, default=1000, metavar="N",
+                   help="token budget of the budgeted views (default: 1000)")
+    p.add_argument("--format", choices=("table", "json"), default="table",
+                   help="table (default) or json (per message: each view's decision)")
+
+    # db
+    db = sub.add_parser("db", help="schema migrations (packaged Alembic revisions)",
+                        description="Schema migrations (packaged Alembic revisions).")
+    dbsub = db.add_subparsers(dest="db_command", metavar="DB_COMMAND", required=True,
+                              parser_class=_Parser)
+    p = command("upgrade", "upgrade the schema (default: to head)", cmd.db_upgrade, dbsub)
+    p.add_argument("revision", nargs="?", default="head", help="target revision (default: head)")
+    p.add_argument("--sql", action="store_true", help="print the DDL instead of running it")
+    p = command("downgrade", "downgrade the schema ('base' drops memstore's tables)",
+                cmd.db_downgrade, dbsub)
+    p.add_argument("revision", help="target revision, or base")
+    p.add_argument("--sql", action="store_true", help="print the DDL instead of running it")
+    command("current", "show the database's revision and memstore's head", cmd.db_current,
+            dbsub)
+    command("check", "exit 1 unless the schema is at head", cmd.db_check, dbsub)
+    p = command("create-partitioned", "create the tables hash-partitioned by conversation id "
+                "(PostgreSQL, empty database)", cmd.db_create_partitioned, dbsub)
+    p.add_argument("--partitions", type=POSITIVE, default=8, metavar="N",
+                   help="hash partitions (default: 8)")
+    p.add_argument("--sql", action="store_true", help="print the DDL instead of running it")
+
+    # conversations
+    conv = command("conversations", "list, show or delete conversations (default: list)",
+                   cmd.conversations_list)
+    conv.add_argument("--limit", type=_int_at_least(1), default=argparse.SUPPRESS, metavar="N",
+                      help="conversations per page, 1-10000 (default: 100)")
+    conv.add_argument("--after", default=argparse.SUPPRESS, metavar="ID",
+                      help="start after this conversation id (keyset pagination)")
+    _formats(conv, ("table", "json", "jsonl"))
+    csub = conv.add_subparsers(dest="conversations_command", metavar="ACTION",
+                               parser_class=_Parser)
+    p = command("list", "list conversations: id, messages, tokens, updated",
+                cmd.conversations_list, csub)
+    p.add_argument("--limit", type=_int_at_least(1), default=argparse.SUPPRESS, metavar="N",
+                   help="conversations per page, 1-10000 (default: 100)")
+    p.add_argument("--after", default=argparse.SUPPRESS, metavar="ID",
+                   help="start after this conversation id (keyset pagination)")
+    _formats(p, ("table", "json", "jsonl"))
+    p = command("show", "show one conversation's row and metadata", cmd.conversations_show,
+                csub)
+    _conversation(p)
+    _formats(p, ("table", "json", "jsonl"))
+    p = command("delete", "delete a conversation and all its messages", cmd.delete, csub)
+    _conversation(p)
+
+    # writing
+    p = command("append", "store one message at the end of a conversation", cmd.append)
+    _conversation(p, "the conversation id (created on first use)")
+    p.add_argument("role", choices=("system", "developer", "user", "assistant", "tool"),
+                   help="the message's role")
+    p.add_argument("content", help="the message text, or - to read it from standard input")
+    p.add_argument("--tool-call-id", metavar="ID",
+                   help="the call a tool message answers (required for tool)")
+    p.add_argument("--name", help="the participant name of the message")
+    p.add_argument("--id", metavar="KEY",
+                   help="client id: appending the same id again stores nothing new")
+    p.add_argument("--score", type=_number(0.0), default=1.0, metavar="S",
+                   help="base importance for score-based views, >= 0 (default: 1)")
+    p.add_argument("--pin", action="store_true", help="pin it: every view keeps it")
+
+    p = command("import", "store conversations from an export file, or OpenAI messages",
+                cmd.import_, description=(
+                    "Store conversations from a file written by 'memstore export' (or lines "
+                    "printed by 'memstore messages --format jsonl', with --as), or a list of "
+                    "OpenAI chat messages with --format openai --into CONV. Each conversation "
+                    "is written all or nothing; importing the same file twice stores nothing "
+                    "new."))
+    p.add_argument("file", help="the file to read, or - for standard input")
+    p.add_argument("extra", nargs="?", help=argparse.SUPPRESS)  # the old 'import CONV FILE'
+    p.add_argument("--format", choices=("memstore", "openai"), default="memstore",
+                   help="memstore: the export format (default); openai: a JSON list or JSON "
+                        "lines of OpenAI chat messages, appended to --into")
+    p.add_argument("--as", "--into", dest="target", metavar="CONV",
+                   help="the target conversation: renames the file's one conversation, or "
+                        "receives the OpenAI messages")
+    p.add_argument("--replace", action="store_true",
+                   help="overwrite conversations that exist with other content")
+
+    p = command("export", "write conversations to a JSON lines file (streaming)", cmd.export,
+                description="Write conversations in memstore's versioned JSON lines format "
+                            "(a header line per conversation, then one line per stored "
+                            "message with every field), reading each in pages so memory "
+                            "stays flat on any length. 'memstore import' reads it back.")
+    p.add_argument("conversation_ids", nargs="*", metavar="CONV",
+                   help="conversations to export (default: all)")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="file to write (default: standard output)")
+
+    # reading
+    p = command("messages", "print stored messages", cmd.messages)
+    _conversation(p)
+    p.add_argument("--start", type=_int_at_least(1), metavar="SEQ", help="first seq (inclusive)")
+    p.add_argument("--stop", type=_int_at_least(1), metavar="SEQ",
+                   help="seq to stop before (exclusive)")
+    p.add_argument("--limit", type=NON_NEGATIVE, metavar="N", help="at most this many messages")
+    p.add_argument("--newest-first", action="store_true", help="newest message first")
+    _formats(p, ("table", "json", "jsonl", "openai"))
+
+    p = command("window", "assemble a context window and show its report", cmd.window,
+                description="Assemble a context window through a view and show what it kept, "
+                            "why, and what it left out.")
+    _conversation(p)
+    p.add_argument("--view", choices=VIEW_CHOICES, default="token-limited",
+                   help="the view (default: token-limited)")
+    p.add_argument("--budget", "--tokens", dest="budget", type=POSITIVE, default=4000, metavar="N",
+                   help="token limit of token-limited and score-based (default: 4000)")
+    p.add_argument("--reserve", type=NON_NEGATIVE, default=0, metavar="N",
+                   help="tokens of the budget kept free for the reply (default: 0)")
+    p.add_argument("--start-on-user", action="store_true",
+                   help="token-limited: start the kept suffix at a user message")
+    p.add_argument("--keep-rate", type=_number(0.0, 1.0, exclusive_min=True), default=0.9,
+                   metavar="RATE",
+                   help="score-based: decay per newer message, in (0, 1] (default: 0.9)")
+    p.add_argument("--half-life", type=_number(0.0, exclusive_min=True), default=None,
+                   metavar="SECONDS",
+                   help="score-based: decay by age in seconds instead of --keep-rate")
+    p.add_argument("--size", type=POSITIVE, default=20, metavar="N",
+                   help="buffer size (buffered), tail size (head-and-tail), turns "
+                        "(recent-turns) (default: 20)")
+    p.add_argument("--head", type=POSITIVE, default=2, metavar="N",
+                   help="head size of head-and-tail (default: 2)")
+    p.add_argument("--remove-tool-messages", action="store_true",
+                   help="recent-turns: leave out tool units but the newest")
+    p.add_argument("--json", action="store_const", const="json", dest="format",
+                   help="the same as --format json")
+    _formats(p, ("table", "json", "jsonl", "openai"))
+
+    p = command("stats", "conversations, messages, tokens, database size, schema revision",
+                cmd.stats)
+    _formats(p, ("table", "json", "jsonl"))
+
+    # destructive
+    p = command("pop", "delete and print the newest messages", cmd.pop)
+    _conversation(p)
+    p.add_argument("-n", type=POSITIVE, default=1, metavar="N", help="how many (default: 1)")
+    _formats(p, ("table", "json", "jsonl", "openai"))
+    p = command("clear", "delete every message of a conversation (it stays, empty)", cmd.clear)
+    _conversation(p)
+    p = command("delete", "delete a conversation and all its messages", cmd.delete)
+    _conversation(p)
+
+    # state
+    state = sub.add_parser("state", help="save or load a conversation snapshot (one JSON)",
+                           description="Save or load a conversation snapshot (one JSON "
+                                       "document; 'export' streams instead).")
+    ssub = state.add_subparsers(dest="state_command", metavar="STATE_COMMAND", required=True,
+                                parser_class=_Parser)
+    p = command("save", "write a conversation snapshot", cmd.state_save, ssub)
+    _conversation(p)
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="file to write (default: standard output)")
+    p = command("load", "load a snapshot (--replace to overwrite a conversation)",
+                cmd.state_load, ssub)
+    p.add_argument("file", help="the snapshot file, or - for standard input")
+    p.add_argument("--as", dest="conversation_id", metavar="CONV",
+                   help="target conversation (default: the snapshot's id)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--replace", action="store_true",
+                      help="overwrite the conversation if it holds other content")
+    mode.add_argument("--append", action="store_true",
+                      help="append the snapshot's messages after the stored ones")
+    return parser
+
+
+# ---- entry point ------------------------------------------------------------------------
+
+
+def _exit_code(exc: BaseException) -> int:
+    if isinstance(exc, FileFormatError):
+        return 1
+    if isinstance(exc, (UsageError, ValidationError, InvalidInputError, ConfigurationError)):
+        return 2
+    return 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``memstore`` command; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except BrokenPipeError:
+        # The reader went away (``| head``): stop quietly, and keep Python's exit-time
+        # flush of standard output from raising again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        sys.stderr.write("memstore: interrupted\n")
+        return 130
+    except (MemstoreError, ValidationError, OSError, UnicodeDecodeError) as exc:
+        if args.debug:
+            traceback.print_exc()
+        sys.stderr.write(f"memstore: error: {one_line(exc)}\n")
+        return _exit_code(exc)
+    except Exception as exc:  # a bug or an unforeseen failure: still one line
+        if args.debug:
+            traceback.print_exc()
+        sys.stderr.write(f"memstore: error: {type(exc).__name__}: {one_line(exc)} "
+                         "(--debug shows the traceback)\n")
+        return 1

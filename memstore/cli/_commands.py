@@ -1,0 +1,616 @@
+"""The ``memstore`` commands: thin layers over the public API of :mod:`memstore`."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+from pydantic import ValidationError
+from rich.text import Text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+from memstore import migrate
+from memstore._engine import default_url
+from memstore.cli import _output as out
+from memstore.cli._errors import FileFormatError, UsageError, validation_summary
+from memstore.errors import (
+    ConflictError,
+    ConversationNotFoundError,
+    DatabaseError,
+    InvalidInputError,
+)
+from memstore.models import (
+    ContextWindow,
+    Conversation,
+    ConversationState,
+    Message,
+    StoredMessage,
+)
+from memstore.store import MemoryStore
+
+__all__ = [
+    "REASONS",
+    "append",
+    "clear",
+    "conversations_list",
+    "conversations_show",
+    "db_check",
+    "db_create_partitioned",
+    "db_current",
+    "db_downgrade",
+    "db_upgrade",
+    "delete",
+    "export",
+    "import_",
+    "message_preview",
+    "messages",
+    "open_store",
+    "pop",
+    "state_load",
+    "state_save",
+    "stats",
+    "window",
+]
+
+#: Short, human words for a window report's omission reasons.
+REASONS = {
+    "budget": "over budget",
+    "buffer_size": "buffer full",
+    "head_tail_gap": "middle gap",
+    "max_turns": "older turn",
+    "score": "low score",
+    "incomplete_unit": "pending call",
+    "tool_messages_removed": "tool unit",
+    "start_on_user": "before user",
+}
+
+
+# ---- opening the database ---------------------------------------------------------------
+
+
+def url_of(args: argparse.Namespace) -> str:
+    """The database URL of a command: ``--url``, else ``$MEMSTORE_URL``, else ./memstore.db.
+
+    A URL that is not one, or names a database SQLAlchemy cannot load, is a usage error.
+    """
+    url = getattr(args, "url", None) or default_url()
+    try:
+        make_url(url).get_dialect()
+    except ArgumentError:
+        raise UsageError(f"--url: {url!r} is not a database URL "
+                         "(e.g. sqlite:///memstore.db, postgresql://user@host/db)") from None
+    except (NoSuchModuleError, ImportError) as exc:
+        raise UsageError(f"--url: cannot use {url!r}: {exc} (memstore works with "
+                         "sqlite:// and postgresql:// URLs)") from None
+    return url
+
+
+def missing_sqlite_file(url: str) -> str | None:
+    """The path of a SQLite file ``url`` names when that file does not exist, else None."""
+    u = make_url(url)
+    path = u.database
+    if u.get_backend_name() != "sqlite" or not path or path == ":memory:" \
+            or path.startswith("file:"):
+        return None
+    return None if Path(path).exists() else path
+
+
+def require_database(url: str) -> None:
+    """Raise a clear error (and create nothing) when ``url`` names a missing SQLite file."""
+    path = missing_sqlite_file(url)
+    if path is not None:
+        raise DatabaseError(f"no database at {path} (nothing was created; 'memstore append', "
+                            "'memstore import' or 'memstore db upgrade' create one)")
+
+
+@contextmanager
+def open_store(args: argparse.Namespace, *, write: bool = False,
+               create: bool = False) -> Iterator[MemoryStore]:
+    """A store on the command's database.
+
+    Read-only commands open it with ``migrate="check"`` and never create a file; so do
+    writes to an existing conversation (``create=False``).
+    """
+    url = url_of(args)
+    if not create:
+        require_database(url)
+    try:
+        store = MemoryStore(url, migrate="auto" if write else "check")
+    except (ArgumentError, NoSuchModuleError, ImportError) as exc:
+        raise UsageError(f"--url: cannot use {url!r}: {exc} (memstore works with "
+                         "sqlite:// and postgresql:// URLs)") from None
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def read_text(path: str) -> str:
+    """A file's text, or standard input for ``-``."""
+    return sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+
+
+def fmt(args: argparse.Namespace) -> str:
+    """The output format asked for, or the default (table on a terminal, else jsonl)."""
+    return getattr(args, "format", None) or out.default_format()
+
+
+# ---- rendering --------------------------------------------------------------------------
+
+
+def message_preview(m: Message, width: int = 60) -> str:
+    """One line describing a message: its text, or its tool calls."""
+    text = m.text
+    if m.tool_calls:
+        calls = ", ".join(f"{c.name}({c.arguments})" for c in m.tool_calls)
+        text = f"{text} → {calls}" if text else f"→ {calls}"
+    if m.role == "tool" and m.tool_call_id:
+        text = f"[{m.tool_call_id}] {text}"
+    return out.preview(text, width)
+
+
+def _role(m: Message) -> str:
+    return f"{m.role} (pinned)" if m.pinned else m.role
+
+
+def print_messages(messages: Sequence[StoredMessage], form: str) -> None:
+    """Stored messages in one of the four formats."""
+    if form == "jsonl":
+        out.print_jsonl([m.model_dump_json() for m in messages])
+    elif form == "json":
+        out.print_json([m.model_dump(mode="json") for m in messages])
+    elif form == "openai":
+        out.print_json([m.to_openai() for m in messages])
+    else:
+        rows = [(m.seq, _role(m), m.token_count, f"{m.score:g}",
+                 m.created_at.strftime("%Y-%m-%d %H:%M:%S"), message_preview(m))
+                for m in messages]
+        out.console().print(out.table(
+            [("seq", {"justify": "right"}), "role", ("tokens", {"justify": "right"}),
+             ("score", {"justify": "right"}), "created (UTC)", "text"], rows))
+
+
+def _conversation_dict(c: Conversation) -> dict[str, Any]:
+    return c.model_dump(mode="json")
+
+
+# ---- db ---------------------------------------------------------------------------------
+
+
+def db_upgrade(args: argparse.Namespace) -> int:
+    """``memstore db upgrade``."""
+    url = url_of(args)
+    if args.sql:
+        migrate.upgrade(url, args.revision, sql=True, output=sys.stdout)
+        return 0
+    migrate.upgrade(url, args.revision)
+    print(f"memstore schema at {', '.join(migrate.current(url))}")
+    return 0
+
+
+def db_downgrade(args: argparse.Namespace) -> int:
+    """``memstore db downgrade``."""
+    url = url_of(args)
+    if args.sql:
+        migrate.downgrade(url, args.revision, sql=True, output=sys.stdout)
+        return 0
+    require_database(url)
+    migrate.downgrade(url, args.revision)
+    at = migrate.current(url)
+    print(f"memstore schema at {', '.join(at) if at else 'base (no memstore tables)'}")
+    return 0
+
+
+def db_current(args: argparse.Namespace) -> int:
+    """``memstore db current``."""
+    url = url_of(args)
+    at = () if missing_sqlite_file(url) else migrate.current(url)
+    print(f"current: {', '.join(at) if at else 'none'}\nhead:    {', '.join(migrate.heads())}")
+    return 0
+
+
+def db_check(args: argparse.Namespace) -> int:
+    """``memstore db check``."""
+    url = url_of(args)
+    path = missing_sqlite_file(url)
+    if path is not None:
+        raise DatabaseError(f"no database at {path}: run 'memstore db upgrade' to create it")
+    migrate.check(url)
+    print("memstore schema is up to date")
+    return 0
+
+
+def db_create_partitioned(args: argparse.Namespace) -> int:
+    """``memstore db create-partitioned``."""
+    url = url_of(args)
+    if args.sql:
+        migrate.create_partitioned(url, args.partitions, sql=True, output=sys.stdout)
+        return 0
+    migrate.create_partitioned(url, args.partitions)
+    print(f"memstore tables created with {args.partitions} hash partitions each; schema at "
+          f"{', '.join(migrate.current(url))}")
+    return 0
+
+
+# ---- conversations ----------------------------------------------------------------------
+
+
+def conversations_list(args: argparse.Namespace) -> int:
+    """``memstore conversations [list]``: one keyset page."""
+    limit = getattr(args, "limit", 100)
+    with open_store(args) as store:
+        page = store.list_conversations(limit=limit, after=getattr(args, "after", None))
+    form = fmt(args)
+    if form == "jsonl":
+        out.print_jsonl([c.model_dump_json() for c in page])
+    elif form == "json":
+        out.print_json([_conversation_dict(c) for c in page])
+    else:
+        rows = [(c.id, f"{c.message_count:,}", f"{c.token_count:,}",
+                 c.updated_at.strftime("%Y-%m-%d %H:%M:%S")) for c in page]
+        out.console().print(out.table(
+            ["id", ("messages", {"justify": "right"}), ("tokens", {"justify": "right"}),
+             "updated (UTC)"], rows))
+    if len(page) == limit:
+        out.status(f"more after this page: memstore conversations list --after {page[-1].id}")
+    return 0
+
+
+def conversations_show(args: argparse.Namespace) -> int:
+    """``memstore conversations show CONV``."""
+    with open_store(args) as store:
+        conv = store.get_conversation(args.conversation_id)
+    form = fmt(args)
+    if form == "jsonl":
+        out.print_jsonl([conv.model_dump_json()])
+    elif form == "json":
+        out.print_json(_conversation_dict(conv))
+    else:
+        rows = [("id", conv.id), ("messages", f"{conv.message_count:,}"),
+                ("tokens", f"{conv.token_count:,}"), ("created", conv.created_at.isoformat()),
+                ("updated", conv.updated_at.isoformat()),
+                ("metadata", json.dumps(conv.metadata, ensure_ascii=False))]
+        out.console().print(out.table(["field", "value"], rows))
+    return 0
+
+
+def delete(args: argparse.Namespace) -> int:
+    """``memstore delete CONV`` (also ``conversations delete``)."""
+    with open_store(args, write=True) as store:
+        store.delete_conversation(args.conversation_id)
+    print(f"deleted conversation {args.conversation_id!r}")
+    return 0
+
+
+def stats(args: argparse.Namespace) -> int:
+    """``memstore stats``."""
+    with open_store(args) as store:
+        s = store.stats()
+    form = fmt(args)
+    data = s.model_dump(mode="json")
+    if form == "jsonl":
+        out.print_jsonl([s.model_dump_json()])
+    elif form == "json":
+        out.print_json(data)
+    else:
+        size = "unknown" if s.database_bytes is None else f"{s.database_bytes:,} bytes"
+        rows = [("conversations", f"{s.conversations:,}"), ("messages", f"{s.messages:,}"),
+                ("tokens", f"{s.tokens:,}"), ("database size", size),
+                ("schema revision", s.schema_revision or "none")]
+        out.console().print(out.table(["", ("value", {"justify": "right"})], rows))
+    return 0
+
+
+# ---- writing ----------------------------------------------------------------------------
+
+
+def append(args: argparse.Namespace) -> int:
+    """``memstore append CONV ROLE CONTENT``."""
+    if args.role == "tool" and not args.tool_call_id:
+        raise UsageError("--tool-call-id is required for a tool message")
+    if args.tool_call_id and args.role != "tool":
+        raise UsageError("--tool-call-id is only for tool messages")
+    content = sys.stdin.read() if args.content == "-" else args.content
+    fields: dict[str, Any] = {"role": args.role, "content": content}
+    for key in ("tool_call_id", "name", "id"):
+        if getattr(args, key):
+            fields[key] = getattr(args, key)
+    message = Message.from_openai(fields, score=args.score, pinned=args.pin)
+    with open_store(args, write=True, create=True) as store:
+        stored = store.append(args.conversation_id, message)
+    print(f"stored seq {stored.seq} ({stored.token_count} tokens, {stored.token_counter})")
+    return 0
+
+
+def _openai_items(text: str, name: str) -> list[tuple[str, Any]]:
+    """``(where, item)`` pairs from a JSON list or JSON lines."""
+    if text.lstrip().startswith("["):
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise FileFormatError(f"{name}:{exc.lineno}: not JSON: {exc.msg}") from None
+        return [(f"{name}: item {i}", item) for i, item in enumerate(items, 1)]
+    pairs = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            pairs.append((f"{name}:{lineno}", json.loads(line)))
+        except json.JSONDecodeError as exc:
+            raise FileFormatError(f"{name}:{lineno}: not JSON: {exc.msg}") from None
+    return pairs
+
+
+def _import_openai(args: argparse.Namespace) -> int:
+    if not args.target:
+        raise UsageError("--format openai needs --into CONV (the conversation to append to)")
+    name = "<stdin>" if args.file == "-" else args.file
+    messages = []
+    for where, item in _openai_items(read_text(args.file), name):
+        if not isinstance(item, dict):
+            raise FileFormatError(f"{where}: expected a JSON object (an OpenAI message)")
+        try:
+            messages.append(Message.from_openai(item))
+        except ValidationError as exc:
+            raise FileFormatError(f"{where}: {validation_summary(exc)}") from None
+    with open_store(args, write=True, create=True) as store:
+        stored = store.extend(args.target, messages)
+    print(f"stored {len(stored)} messages in {args.target!r}")
+    return 0
+
+
+def import_(args: argparse.Namespace) -> int:
+    """``memstore import FILE``."""
+    if args.extra is not None:
+        raise UsageError(
+            f"'memstore import CONV FILE' is now 'memstore import FILE --into CONV --format "
+            f"openai': run memstore import {args.extra} --into {args.file} --format openai")
+    if args.format == "openai":
+        if args.replace:
+            raise UsageError("--replace applies to --format memstore (openai messages are "
+                             "appended)")
+        return _import_openai(args)
+    transfer = _transfer()
+    name = "<stdin>" if args.file == "-" else args.file
+    fp: IO[str] = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")  # noqa: SIM115
+    try:
+        with open_store(args, write=True, create=True) as store, \
+                out.progress_bar(f"importing {name}", None) as progress:
+            try:
+                result = transfer.import_jsonl(store, fp, replace=args.replace,
+                                               rename=args.target, progress=progress)
+            except ConflictError as exc:
+                raise ConflictError(f"{exc} (pass --replace to overwrite the stored "
+                                    "conversation with the file's)") from exc
+            except (InvalidInputError, ValidationError) as exc:
+                for done in getattr(exc, "imported", None) or ():
+                    _print_imported(done)  # conversations earlier in the file are stored
+                line = getattr(exc, "line", None)
+                where = f"{name}:{line}" if line else name
+                text = validation_summary(exc) if isinstance(exc, ValidationError) else str(exc)
+                raise FileFormatError(f"{where}: {text.removeprefix(f'line {line}: ')}"
+                                      ) from exc
+    finally:
+        if fp is not sys.stdin:
+            fp.close()
+    for c in result.conversations:
+        _print_imported(c)
+    if not result.conversations:
+        print("the file holds no conversation")
+    return 0
+
+
+def _print_imported(c: Any) -> None:
+    """One line per imported conversation: what was written, or that nothing was new."""
+    if c.replaced:
+        what = f"replaced ({c.written} messages written)"
+    elif c.written:
+        what = f"{c.written} messages written"
+        what += f", {c.unchanged} already stored" if c.unchanged else ""
+    else:
+        what = f"nothing new ({c.unchanged} messages already stored)"
+    print(f"{c.id}: {what}")
+
+
+def _transfer() -> Any:
+    """:mod:`memstore.transfer` (imported late: only export and import need it)."""
+    return importlib.import_module("memstore.transfer")
+
+
+def export(args: argparse.Namespace) -> int:
+    """``memstore export [CONV...] [-o FILE]``."""
+    transfer = _transfer()
+    with open_store(args) as store:
+        target = args.output if args.output and args.output != "-" else None
+        fp: IO[str] = open(target, "w", encoding="utf-8") if target else sys.stdout  # noqa: SIM115
+        try:
+            with out.progress_bar("exporting", None) as progress:
+                result = transfer.export_jsonl(store, fp, args.conversation_ids or None,
+                                               progress=progress)
+        finally:
+            if target:
+                fp.close()
+    out.status(f"exported {result.conversations} conversations, {result.messages} messages"
+               + (f" to {target}" if target else ""))
+    return 0
+
+
+# ---- reading ----------------------------------------------------------------------------
+
+
+def messages(args: argparse.Namespace) -> int:
+    """``memstore messages CONV``."""
+    if args.start is not None and args.stop is not None and args.start > args.stop:
+        raise UsageError(f"--start {args.start} is after --stop {args.stop}: "
+                         "the range start <= seq < stop is empty")
+    with open_store(args) as store:
+        found = store.messages(args.conversation_id, start=args.start, stop=args.stop,
+                               limit=args.limit, newest_first=args.newest_first)
+    print_messages(found, fmt(args))
+    return 0
+
+
+def make_view(args: argparse.Namespace) -> Any:
+    """The view the ``window`` options describe."""
+    from memstore import views
+
+    if args.view == "token-limited":
+        return views.TokenLimitedView(args.budget, reserve=args.reserve,
+                                      start_on_user=args.start_on_user)
+    if args.view == "score-based":
+        return views.ScoreBasedView(args.budget, keep_rate=args.keep_rate,
+                                    half_life=args.half_life, reserve=args.reserve)
+    if args.view == "buffered":
+        return views.BufferedView(args.size)
+    if args.view == "head-and-tail":
+        return views.HeadAndTailView(args.head, args.size)
+    if args.view == "recent-turns":
+        return views.RecentTurnsView(args.size, remove_tool_messages=args.remove_tool_messages)
+    return views.UnboundedView()
+
+
+_KEPT_BECAUSE = {
+    "TokenLimitedView": "fits budget",
+    "ScoreBasedView": "high score",
+    "BufferedView": "in buffer",
+    "HeadAndTailView": "tail",
+    "RecentTurnsView": "recent turn",
+    "UnboundedView": "complete unit",
+}
+
+
+def why_kept(window: ContextWindow) -> list[str]:
+    """Per window message: why the view kept it."""
+    msgs = window.messages
+    reasons = [""] * len(msgs)
+    newest = len(msgs) - 1
+    while newest > 0 and msgs[newest].role == "tool":
+        newest -= 1
+    in_head = window.report.placeholder is not None
+    for i, m in enumerate(msgs):
+        if not isinstance(m, StoredMessage):
+            reasons[i] = "placeholder"
+            in_head = False
+        elif m.anchored:
+            reasons[i] = "pinned" if m.pinned else "anchored"
+        elif i >= newest:
+            reasons[i] = "newest unit"
+        elif in_head:
+            reasons[i] = "head"
+        else:
+            reasons[i] = _KEPT_BECAUSE.get(window.report.view, "kept")
+    return reasons
+
+
+def window(args: argparse.Namespace) -> int:
+    """``memstore window CONV``."""
+    view = make_view(args)
+    with open_store(args) as store:
+        win = store.window(args.conversation_id, view)
+    form = fmt(args)
+    if form == "json":
+        out.print_json({"conversation_id": win.conversation_id, "messages": win.to_openai(),
+                        "seqs": win.seqs, "token_count": win.token_count,
+                        "budget": win.budget, "report": win.report.model_dump(mode="json")})
+        return 0
+    if form == "openai":
+        out.print_json(win.to_openai())
+        return 0
+    if form == "jsonl":
+        out.print_jsonl([m.model_dump_json() for m in win.messages
+                         if isinstance(m, StoredMessage)])
+        return 0
+    report = win.report
+    rows = []
+    for m, why in zip(win.messages, why_kept(win)):
+        seq = str(m.seq) if isinstance(m, StoredMessage) else "–"
+        tokens = str(m.token_count) if isinstance(m, StoredMessage) else ""
+        rows.append((seq, _role(m), tokens, why, message_preview(m)))
+    console = out.console()
+    console.print(out.table([("seq", {"justify": "right"}), "role",
+                             ("tokens", {"justify": "right"}), "why kept", "text"], rows,
+                            title=f"{report.view} window of {win.conversation_id!r}"))
+    budget = f" of {win.budget:,}" if win.budget is not None else ""
+    console.print(f"{len(win.messages)} messages, {win.token_count:,} tokens{budget}; "
+                  f"{report.omitted_count} of {report.conversation_message_count} stored "
+                  f"messages left out; {report.rows_read} rows read")
+    for o in report.omitted:
+        seqs = f"seq {o.first_seq}" if o.first_seq == o.last_seq else \
+            f"seqs {o.first_seq}-{o.last_seq}"
+        console.print(Text(f"  left out {seqs} ({o.count}): {REASONS.get(o.reason, o.reason)}"
+                           f" [{o.reason}]"))
+    return 0
+
+
+# ---- destructive ------------------------------------------------------------------------
+
+
+def pop(args: argparse.Namespace) -> int:
+    """``memstore pop CONV [-n N]``: prints what it deleted."""
+    with open_store(args, write=True) as store:
+        popped = store.pop(args.conversation_id, args.n)
+    print_messages(popped, fmt(args))
+    return 0
+
+
+def clear(args: argparse.Namespace) -> int:
+    """``memstore clear CONV``."""
+    with open_store(args, write=True) as store:
+        n = store.clear(args.conversation_id)
+    print(f"deleted {n} messages from {args.conversation_id!r}")
+    return 0
+
+
+# ---- state ------------------------------------------------------------------------------
+
+
+def state_save(args: argparse.Namespace) -> int:
+    """``memstore state save CONV``."""
+    with open_store(args) as store:
+        state = store.save_state(args.conversation_id)
+    text = state.to_json()
+    if args.output and args.output != "-":
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        print(text)
+    return 0
+
+
+def _same_messages(a: ConversationState, b: ConversationState) -> bool:
+    def key(s: ConversationState) -> list[dict[str, Any]]:
+        return [m.model_dump(exclude={"conversation_id"}) for m in s.messages]
+
+    return key(a) == key(b)
+
+
+def state_load(args: argparse.Namespace) -> int:
+    """``memstore state load FILE``: refuses to overwrite other content without --replace."""
+    name = "<stdin>" if args.file == "-" else args.file
+    try:
+        state = ConversationState.model_validate_json(read_text(args.file))
+    except ValidationError as exc:
+        raise FileFormatError(f"{name}: not a memstore snapshot: "
+                              f"{validation_summary(exc)}") from None
+    target = args.conversation_id or state.conversation.id
+    with open_store(args, write=True, create=True) as store:
+        if not args.replace and not args.append:
+            try:
+                existing = store.save_state(target)
+            except ConversationNotFoundError:
+                existing = None
+            if existing is not None and existing.messages:
+                if _same_messages(existing, state):
+                    print(f"{target!r} already holds this snapshot: nothing to do")
+                    return 0
+                raise ConflictError(f"conversation {target!r} exists with other content: "
+                                    "pass --replace to overwrite it, or --append")
+        conv = store.load_state(state, target, replace=not args.append)
+    print(f"loaded {len(state.messages)} messages into {conv.id!r}")
+    return 0

@@ -1,0 +1,273 @@
+"""``memstore demo``: a realistic conversation, and what each view (and the builder) keeps.
+
+The same table is rendered into the documentation (``scripts/gen_demo_svg.py``), so the
+picture in the docs is always what the command prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from memstore.builder import Block, ContextBuilder, Drop, HistoryBlock, Tier, TruncateOldest
+from memstore.cli import _output as out
+from memstore.cli._commands import message_preview, open_store
+from memstore.errors import ContextBudgetError, ConversationNotFoundError
+from memstore.models import ContextWindow, Message, StoredMessage, ToolCall, WindowReport
+from memstore.store import MemoryStore
+from memstore.views import (
+    BufferedView,
+    ContextView,
+    HeadAndTailView,
+    RecentTurnsView,
+    ScoreBasedView,
+    TokenLimitedView,
+    UnboundedView,
+)
+
+__all__ = ["CONVERSATION_ID", "BuilderColumn", "DemoResult", "demo", "demo_builder",
+           "demo_messages", "demo_table", "run_demo", "write_demo"]
+
+CONVERSATION_ID = "demo"
+DEFAULT_BUDGET = 1000
+
+
+
+def _tracking_log() -> str:
+    """A carrier's tracking history for one parcel: a ~2,000-token tool output."""
+    hubs = ["Portland, OR", "Salem, OR", "Eugene, OR", "Medford, OR", "Redding, CA",
+            "Sacramento, CA", "Reno, NV"]
+    events = []
+    for day in range(14):
+        for step, status in enumerate(("arrived at facility", "processed", "departed facility")):
+            hub = hubs[min(day // 2 + (step == 2), len(hubs) - 1)]
+            events.append({
+                "time": f"2026-03-{day + 2:02d}T{8 + step * 4:02d}:{(day * 7) % 60:02d}:00Z",
+                "location": hub, "status": status,
+                "scan_id": f"NW{1138 * (day + 3) + step:08d}",
+            })
+    events.append({"time": "2026-03-14T09:12:00Z", "location": "Reno, NV",
+                   "status": "held: weather delay", "scan_id": "NW00099871"})
+    return json.dumps({"order": 1138, "carrier": "Cascade Freight", "events": events})
+
+
+def demo_messages() -> list[Message]:
+    """The sample conversation: a support chat with tools, a long output, a pending call."""
+    lookup = [ToolCall(id="call_a", name="lookup_order", arguments='{"order": 1138}'),
+              ToolCall(id="call_b", name="lookup_order", arguments='{"order": 1142}')]
+    return [
+        Message.system("You are Atlas, the support agent of Northwind Outfitters. Be brief, "
+                       "cite order numbers, and never promise a delivery date."),
+        Message.developer("Tools: lookup_order, track_shipment, refund_shipping. Refunds over "
+                          "$50 need a human; shipping refunds are always allowed."),
+        Message.user("For the record: I'm Dana Reyes, account DR-20931, and I want updates by "
+                     "email only, never by phone.", pinned=True),
+        Message.assistant("Noted, Dana: email only. How can I help today?", score=0.5),
+        Message.user("Order 1138 was due Tuesday and hasn't arrived. Can you check it, and "
+                     "1142 too?"),
+        Message.assistant(tool_calls=lookup),
+        Message.tool('{"order": 1138, "status": "in transit", "carrier": "Cascade Freight", '
+                     '"due": "2026-03-10"}', tool_call_id="call_a"),
+        Message.tool('{"order": 1142, "status": "packing", "warehouse": "Portland"}',
+                     tool_call_id="call_b"),
+        Message.assistant("1138 is in transit with Cascade Freight (it was due March 10); "
+                          "1142 is still being packed in Portland.", score=2.0),
+        Message.user("Can I see the full tracking history for 1138?"),
+        Message.assistant(tool_calls=[ToolCall(id="call_c", name="track_shipment",
+                                               arguments='{"order": 1138}')]),
+        Message.tool(_tracking_log(), tool_call_id="call_c", score=0.5),
+        Message.assistant("It left Portland on March 2 and has been held in Reno since March "
+                          "14 by a weather delay."),
+        Message.user("That's too slow. Please refund the shipping on 1138."),
+        Message.assistant("I'll refund the shipping on 1138 now.", tool_calls=[
+            ToolCall(id="call_d", name="refund_shipping", arguments='{"order": 1138}')]),
+    ]
+
+
+def demo_views(budget: int) -> list[tuple[str, str, ContextView]]:
+    """``(name, setting, view)`` for the six views under one budget."""
+    return [
+        ("token-limited", f"budget {budget:,}", TokenLimitedView(budget)),
+        ("score-based", f"budget {budget:,}", ScoreBasedView(budget)),
+        ("buffered", "6 messages", BufferedView(6)),
+        ("head-and-tail", "head 2 + tail 4", HeadAndTailView(2, 4)),
+        ("recent-turns", "2 turns", RecentTurnsView(2)),
+        ("unbounded", "everything", UnboundedView()),
+    ]
+
+
+POLICY = Message.system(
+    "Refund policy (retrieved): shipping refunds are always allowed; refunds over $50 need a "
+    "human; delays caused by weather do not extend the return window.")
+
+
+def demo_builder(store: MemoryStore, budget: int) -> ContextBuilder:
+    """The builder column: a retrieved policy document, then the history in what remains."""
+    return (ContextBuilder(max_tokens=budget)
+            .add_block(Block("policy", tier=Tier.RAG, strategy=Drop(), messages=[POLICY]))
+            .add_block(Block("history", tier=Tier.HISTORY, strategy=TruncateOldest(),
+                             history=HistoryBlock(store, CONVERSATION_ID,
+                                                  ScoreBasedView(budget)))))
+
+
+@dataclass
+class BuilderColumn:
+    """What the builder kept of the stored conversation (and the tokens it used)."""
+
+    token_count: int
+    budget: int
+    seqs: list[int]
+    report: WindowReport | None
+
+
+@dataclass
+class DemoResult:
+    """The stored demo conversation and each column's window (or its budget error)."""
+
+    budget: int
+    messages: list[StoredMessage]
+    columns: list[tuple[str, str]] = field(default_factory=list)
+    windows: list[ContextWindow | BuilderColumn | ContextBudgetError] = field(
+        default_factory=list)
+
+    def decision(self, column: int, seq: int) -> str:
+        """``kept`` or the omission reason of ``seq`` in a column's window."""
+        win = self.windows[column]
+        if isinstance(win, ContextBudgetError):
+            return "error"
+        if seq in win.seqs:
+            return "kept"
+        for o in (win.report.omitted if win.report is not None else ()):
+            if o.first_seq <= seq <= o.last_seq:
+                return o.reason
+        return "budget"  # trimmed by a builder strategy after the view
+
+
+def write_demo(store: MemoryStore) -> list[StoredMessage]:
+    """(Re)write conversation ``demo``: the old one, if any, is deleted first."""
+    with contextlib.suppress(ConversationNotFoundError):
+        store.delete_conversation(CONVERSATION_ID)
+    return store.extend(CONVERSATION_ID, demo_messages())
+
+
+def run_demo(store: MemoryStore, budget: int = DEFAULT_BUDGET) -> DemoResult:
+    """Write the demo conversation and read it through every view."""
+    result = DemoResult(budget, write_demo(store))
+    for name, setting, view in demo_views(budget):
+        result.columns.append((name, setting))
+        try:
+            result.windows.append(store.window(CONVERSATION_ID, view))
+        except ContextBudgetError as exc:
+            result.windows.append(exc)
+    result.columns.append(("builder", f"a retrieved policy document, then the history "
+                                      f"through score-based, in one budget of {budget:,}"))
+    try:
+        compiled = demo_builder(store, budget).compile()
+    except ContextBudgetError as exc:
+        result.windows.append(exc)
+    else:
+        kept = [m.seq for m in compiled.messages if isinstance(m, StoredMessage)]
+        result.windows.append(BuilderColumn(compiled.token_count, budget, kept,
+                                            compiled.report.history_reports.get("history")))
+    return result
+
+
+#: Short column headers and reason words, so the table fits an 80-column terminal.
+_HEADERS = {"token-limited": "token\nlimited", "score-based": "score\nbased",
+            "buffered": "buffered", "head-and-tail": "head &\ntail",
+            "recent-turns": "recent\nturns", "unbounded": "unbounded", "builder": "builder"}
+_SHORT = {"budget": "budget", "buffer_size": "buffer", "head_tail_gap": "gap",
+          "max_turns": "turns", "score": "score", "incomplete_unit": "open",
+          "tool_messages_removed": "tools", "start_on_user": "user"}
+
+
+def _cell(decision: str) -> Text:
+    if decision == "kept":
+        return Text("✓", style="green")
+    if decision == "error":
+        return Text("—", style="dim")
+    return Text(f"✗ {_SHORT.get(decision, decision)}", style="red")
+
+
+def demo_table(result: DemoResult, width: int = 100) -> Table:
+    """The side-by-side table: one row per message, one column per view.
+
+    ``width`` is the console's: the text preview gets what the other columns leave
+    (and is left out below 12 characters), so every row stays on one line.
+    """
+    total = sum(m.token_count for m in result.messages)
+    settings = "; ".join(f"{name}: {setting}" for name, setting in result.columns)
+    rows = []
+    for m in result.messages:
+        cells = [_cell(result.decision(i, m.seq)) for i in range(len(result.windows))]
+        rows.append((m, f"{m.role}*" if m.pinned else m.role, cells))
+    footers = [Text("too small", style="red") if isinstance(w, ContextBudgetError)
+               else Text(f"{w.token_count:,}") for w in result.windows]
+    headers = [_HEADERS.get(name, name) for name, _ in result.columns]
+    widths = [max(*(len(x) for x in h.split("\n")), len(f), *(len(r[2][i]) for r in rows))
+              for i, (h, f) in enumerate(zip(headers, footers))]
+    fixed = 3 + 9 + 6 + sum(widths) + len(widths) + 3  # one space between columns
+    text_width = min(48, width - fixed - 1)
+    table = Table(
+        title=f"What each view keeps of conversation {CONVERSATION_ID!r} "
+              f"({len(result.messages)} messages, {total:,} tokens)",
+        caption=f"✓ sent to the model; ✗ left out, and why (budget: over the token budget; "
+                f"score: a higher-scored unit took the room; buffer, gap, turns: outside the "
+                f"view's message, head-and-tail or turn limit; open: a tool call still "
+                f"waiting for its result, never sent). Anchored messages (system, developer, "
+                f"pinned*) are always kept; a tool call and its results are kept or left out "
+                f"together. Settings: {settings}.",
+        caption_justify="left", show_footer=True, box=box.SIMPLE_HEAD, pad_edge=False,
+        padding=(0, 0), show_edge=False, title_justify="left")
+    table.add_column("seq", justify="right", min_width=3)
+    table.add_column("role", no_wrap=True, min_width=9)
+    table.add_column("tokens", justify="right", footer=f"{total:,}", min_width=6)
+    if text_width >= 12:
+        table.add_column("text", width=text_width, no_wrap=True, footer="tokens sent")
+    for header, footer, w in zip(headers, footers, widths):
+        table.add_column(header, footer=footer, no_wrap=True, min_width=w)
+    for m, role, cells in rows:
+        text = [Text(message_preview(m, text_width))] if text_width >= 12 else []
+        table.add_row(str(m.seq), role, f"{m.token_count:,}", *text, *cells)
+    return table
+
+
+def demo_json(result: DemoResult) -> dict[str, Any]:
+    """The demo's decisions as JSON (``--format json``)."""
+    views: dict[str, Any] = {}
+    for i, ((name, setting), win) in enumerate(zip(result.columns, result.windows)):
+        if isinstance(win, ContextBudgetError):
+            views[name] = {"setting": setting, "error": str(win)}
+        else:
+            placeholder = win.report.placeholder if win.report is not None else None
+            views[name] = {"setting": setting, "token_count": win.token_count,
+                           "budget": win.budget, "seqs": win.seqs,
+                           "placeholder": placeholder,
+                           "decisions": {m.seq: result.decision(i, m.seq)
+                                         for m in result.messages}}
+    return {"conversation_id": CONVERSATION_ID, "budget": result.budget,
+            "messages": [{"seq": m.seq, "role": m.role, "tokens": m.token_count,
+                          "pinned": m.pinned, "anchored": m.anchored} for m in result.messages],
+            "views": views}
+
+
+def demo(args: argparse.Namespace) -> int:
+    """``memstore demo [--budget N]``."""
+    with open_store(args, write=True, create=True) as store:
+        result = run_demo(store, args.budget)
+    if args.format == "json":
+        out.print_json(demo_json(result))
+        return 0
+    console = out.console()
+    console.print(demo_table(result, console.width))
+    console.print(f"Stored as conversation {CONVERSATION_ID!r} (run again to replace it). "
+                  f"Next: memstore window {CONVERSATION_ID} --view score-based --budget "
+                  f"{result.budget}")
+    return 0
