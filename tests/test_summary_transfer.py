@@ -287,3 +287,27 @@ async def test_sqlite_to_postgres_keeps_summaries_and_the_summary_window(
     finally:
         lite.close()
         pg.close()
+
+
+# ---- the CLI -----------------------------------------------------------------------------
+
+
+async def test_cli_export_and_import_report_summaries(tmp_path: Any, capsys: Any,
+                                                       counter: FixedCounter) -> None:
+    from memstore.cli import main
+
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    with MemoryStore(url, counter=counter) as store:
+        await seed(store)
+    dump = tmp_path / "c.jsonl"
+    assert main(["export", "c", "-o", str(dump), "--url", url]) == 0
+    _, err = capsys.readouterr()
+    assert "2 summaries" in err
+    assert main(["import", str(dump), "--as", "copy", "--url", url]) == 0
+    out, _ = capsys.readouterr()
+    assert "copy: 41 messages written, 2 summaries stored" in out
+    assert main(["import", str(dump), "--as", "copy", "--url", url]) == 0
+    out, _ = capsys.readouterr()
+    assert "copy: nothing new (41 messages already stored)" in out
+    with MemoryStore(url, counter=counter) as store:
+        assert store.summaries("copy") == renamed(store.summaries("c"), "copy")
