@@ -245,7 +245,11 @@ def _offline(bind: Bind, revision: str, direction: str, output: TextIO | None) -
 
 #: Partition key of each table: the conversation id, so a conversation's row and all of its
 #: messages land in partitions with the same number (hash of the same value, same modulus).
-PARTITION_KEYS = {"memstore_conversations": "id", "memstore_messages": "conversation_id"}
+PARTITION_KEYS = {
+    "memstore_conversations": "id",
+    "memstore_messages": "conversation_id",
+    "memstore_summaries": "conversation_id",
+}
 
 
 def partitioned_ddl(partitions: int = 8) -> list[str]:
@@ -253,8 +257,8 @@ def partitioned_ddl(partitions: int = 8) -> list[str]:
 
     Built from the same table definitions as the migrations (``memstore.schema``, which
     a test keeps identical to the head revision): every column, constraint and index,
-    the partial index of anchored messages and the messages-to-conversations foreign
-    key included; each table is ``PARTITION BY HASH`` of its conversation id, with
+    the partial index of anchored messages and the foreign keys to conversations
+    included; each table is ``PARTITION BY HASH`` of its conversation id, with
     ``partitions`` partitions named ``<table>_p<i>``. Ends by creating memstore's
     version table and stamping the head revision, so ``memstore db check`` passes and
     later ``memstore db upgrade`` runs apply to the partitioned tables.
@@ -281,7 +285,7 @@ def partitioned_ddl(partitions: int = 8) -> list[str]:
     dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
     copy = MetaData(naming_convention=schema.metadata.naming_convention)
     statements: list[str] = []
-    for source in (schema.conversations, schema.messages):
+    for source in (schema.conversations, schema.messages, schema.summaries):
         table = source.to_metadata(copy)
         table.dialect_options["postgresql"]["partition_by"] = (
             f"HASH ({PARTITION_KEYS[table.name]})"

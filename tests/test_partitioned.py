@@ -29,6 +29,7 @@ from memstore import migrate
 from memstore.errors import ConfigurationError
 from memstore.models import Message, ToolCall
 from memstore.store import MemoryStore
+from memstore.summary_view import SummaryView
 from memstore.tokens import FixedCounter
 from memstore.views import (
     BufferedView,
@@ -38,14 +39,22 @@ from memstore.views import (
     TokenLimitedView,
     UnboundedView,
 )
-from tests import test_async, test_bad_input, test_cache, test_store, test_windows
+from tests import (
+    test_async,
+    test_bad_input,
+    test_cache,
+    test_store,
+    test_summaries,
+    test_windows,
+)
 from tests.test_cache import pair  # noqa: F401  (a fixture the cache tests take)
 
 pytestmark = pytest.mark.postgres
 
 PARTITIONS = 8
-TABLES = ("memstore_conversations", "memstore_messages")
-PARTITION_NAME = re.compile(r"\b(memstore_conversations|memstore_messages)_p(\d+)\b")
+TABLES = ("memstore_conversations", "memstore_messages", "memstore_summaries")
+PARTITION_NAME = re.compile(
+    r"\b(memstore_conversations|memstore_messages|memstore_summaries)_p(\d+)\b")
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +67,7 @@ def partitioned_url(postgres: Any) -> str:
 def _empty(url: str) -> None:
     engine = create_engine(url)
     with engine.begin() as conn:
-        conn.execute(text("TRUNCATE memstore_messages, memstore_conversations"))
+        conn.execute(text("TRUNCATE memstore_summaries, memstore_messages, memstore_conversations"))
     engine.dispose()
 
 
@@ -71,7 +80,7 @@ def db_url(partitioned_url: str) -> str:
 
 # ---- the store contract, again, on the partitioned layout ------------------------------------
 #
-# The tests of the store, window, async, cache and bad-input modules that take a store,
+# The tests of the store, window, async, cache, bad-input and summaries modules that take a store,
 # a pair of stores or a database url are collected here a second time; the ``db_url``
 # fixture above points them at the partitioned database (conftest's ``store`` fixture
 # builds sync and async stores on it).
@@ -79,7 +88,8 @@ def db_url(partitioned_url: str) -> str:
 #: Not about the layout: event-loop responsiveness while a driver call runs.
 _NOT_LAYOUT = {"test_event_loop_keeps_running_during_a_large_extend"}
 
-for _module in (test_store, test_windows, test_async, test_cache, test_bad_input):
+for _module in (test_store, test_windows, test_async, test_cache, test_bad_input,
+                test_summaries):
     for _name, _test in inspect.getmembers(_module, inspect.isfunction):
         if _name.startswith("test_") and _name not in _NOT_LAYOUT and {
             "store", "db_url", "pair"
@@ -181,7 +191,7 @@ def test_cli_prints_the_ddl_for_a_dba() -> None:
     )
     ddl = result.stdout
     assert "PARTITION BY HASH (id)" in ddl and "PARTITION BY HASH (conversation_id)" in ddl
-    assert ddl.count("FOR VALUES WITH (MODULUS 4,") == 8
+    assert ddl.count("FOR VALUES WITH (MODULUS 4,") == 12  # three tables
     assert "WHERE anchored" in ddl and "ON DELETE CASCADE" in ddl
     assert f"VALUES ('{migrate.heads()[0]}')" in ddl
     assert ddl.startswith("BEGIN;") and ddl.rstrip().endswith("COMMIT;")
@@ -229,6 +239,9 @@ def _workload(store: MemoryStore) -> None:
     store.window(cid, TokenLimitedView(12))
     store.unpin(cid, 4)
     store.pop(cid, 1)
+    store.summarize(cid, lambda ms: f"{len(ms)} messages", keep_tokens=2)
+    store.summaries(cid)
+    store.window(cid, SummaryView(40))
     store.truncate(cid, before_seq=3)
     state = store.save_state(cid)
     store.load_state(state, "hot-copy")
@@ -270,10 +283,11 @@ def test_every_hot_statement_touches_one_partition(
     finally:
         store.close()
     assert epoch is not None
-    statements = [(s, p) for s, p in seen if re.search(r"\bmemstore_(messages|conversations)\b", s)]
+    statements = [(s, p) for s, p in seen
+                  if re.search(r"\bmemstore_(messages|conversations|summaries)\b", s)]
     # The precompiled window reads run on the DBAPI cursor (not seen by SQLAlchemy's
     # events): explain each of them directly.
-    values = {"cid": "hot-conversation", "start": 2, "stop": 6, "before": 8, "limit": 4,
+    values = {"cid": "hot-conversation", "start": 2, "stop": 6, "before": 8, "limit": 4, "last": 9,
               "epoch": 12345}
     for name in q._hot_statements():
         compiled = q.hot(engine.dialect, name)
