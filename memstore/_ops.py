@@ -887,10 +887,7 @@ def load_state(
             conn.execute(q.delete_messages(cid))
             conn.execute(q.delete_summaries(cid))
             conn.execute(q.delete_conversation(cid))
-        # With no messages left, seqs go on after the newest summarized one.
-        first = src[0].seq if src else (
-            state.summaries[-1].last_seq + 1 if state.summaries else 1
-        )
+        first = src[0].seq if src else first_seq_without_messages(state.summaries)
         conn.execute(q.insert_conversation({
             "id": cid, "created_at": c.created_at, "updated_at": c.updated_at,
             "metadata": dict(c.metadata), "first_seq": first, "last_seq": first + len(src) - 1,
@@ -914,13 +911,32 @@ def load_state(
         rows.append(row)
     for start in range(0, len(rows), INSERT_CHUNK):
         conn.execute(q.insert_messages(), rows[start:start + INSERT_CHUNK])
-    if (existing is None or replace) and state.summaries:
-        # Appended messages get new seqs, so only a replace (or a new conversation)
-        # keeps the snapshot's summaries: their seq ranges still mean the same rows.
-        conn.execute(q.insert_summaries(), [
-            {**_summary_row(s), "conversation_id": cid} for s in state.summaries
-        ])
+    if existing is None or replace:
+        write_state_summaries(conn, cid, state.summaries)
     return _to_conversation(_conversation_row(conn, cid))
+
+
+def first_seq_without_messages(summaries: Sequence[Summary]) -> int:
+    """The first seq of a conversation written with no messages and these summaries.
+
+    With no messages left, seqs go on after the newest summarized one (so a summary
+    never claims the seqs appended next).
+    """
+    return summaries[-1].last_seq + 1 if summaries else 1
+
+
+def write_state_summaries(conn: Connection, cid: str, summaries: Sequence[Summary]) -> None:
+    """Write a snapshot's summaries into a conversation just written from it.
+
+    Only for a conversation created (or replaced) from the snapshot: its messages
+    kept their seqs, so the summaries' seq ranges still mean the same rows. Messages
+    appended to an existing conversation get new seqs, so their snapshot's summaries
+    are not written.
+    """
+    if summaries:
+        conn.execute(q.insert_summaries(), [
+            {**_summary_row(s), "conversation_id": cid} for s in summaries
+        ])
 
 
 # ---- streaming: keyset pages, loading in bounded batches --------------------------------
@@ -928,7 +944,7 @@ def load_state(
 
 def read_page(
     conn: Connection, cid: str, start: int | None, stop: int | None, after: int | None,
-    limit: int,
+    limit: int, summaries: list[Summary] | None = None,
 ) -> tuple[Conversation | None, list[StoredMessage]]:
     """One keyset page: up to ``limit`` messages with ``seq > after`` in ``[start, stop)``.
 
@@ -936,10 +952,14 @@ def read_page(
     ConversationNotFoundError when there is none) and returns it; later pages return
     ``None`` in its place. Each page is one indexed range read on
     ``(conversation_id, seq)``: cost and memory grow with ``limit``, not the history.
+    With ``summaries`` given, the first page also reads the conversation's summaries
+    into it (same snapshot as the header).
     """
     conversation = None
     if after is None:
         conversation = _to_conversation(_conversation_row(conn, cid))
+        if summaries is not None:
+            summaries.extend(list_summaries(conn, cid))
         low = start
     else:
         low = after + 1 if start is None else max(after + 1, start)
@@ -1022,9 +1042,13 @@ class Loader:
         self.written = 0
         self.unchanged = 0
         self.replaced = False
+        #: Every message so far is stored at its own seq (summaries keep their meaning).
+        self.aligned = True
+        self.last_seq: int | None = None  # the last seq of the stream (not the stored one)
         existing = conn.execute(q.conversation(cid, for_update=True)).first()
         if existing is not None and mode == "replace":
             conn.execute(q.delete_messages(cid))
+            conn.execute(q.delete_summaries(cid))
             conn.execute(q.delete_conversation(cid))
             existing = None
             self.replaced = True
@@ -1048,6 +1072,7 @@ class Loader:
         """Write one batch (at most :data:`INSERT_CHUNK` messages is a good size)."""
         if not batch:
             return
+        self.last_seq = batch[-1].seq
         if self.mode == "merge" and not self.fresh:
             batch = self._new_only(batch)
             if not batch:
@@ -1074,6 +1099,7 @@ class Loader:
                 self.conn.dialect.name, self.cid, utcnow(), len(batch), tokens, top
             )).scalar_one())
             seqs = list(range(last - len(batch) + 1, last + 1))
+            self.aligned = self.aligned and seqs == [m.seq for m in batch]
         rows = [
             _message_row(self.cid, seq, Prepared(m, n), m.id, name, m.created_at)
             for m, seq, (n, name) in zip(batch, seqs, counted)
@@ -1095,6 +1121,7 @@ class Loader:
                 fresh.append(m)
             elif prior.same_content(m):
                 self.unchanged += 1
+                self.aligned = self.aligned and prior.seq == m.seq
             else:
                 raise ConflictError(
                     f"message id {m.id!r} is already stored in conversation {self.cid!r} "
@@ -1102,15 +1129,82 @@ class Loader:
                 )
         return fresh
 
-    def finish(self) -> Conversation:
-        """Complete the conversation row; returns the conversation as stored."""
+    def finish(self, summaries: Sequence[Summary] = ()) -> Conversation:
+        """Complete the conversation row; returns the conversation as stored.
+
+        ``summaries`` (the stream's, oldest first, checked with
+        :func:`check_stream_summaries`) are written as :func:`load_state` writes a
+        snapshot's: only into a conversation created (or replaced) by this load.
+        """
         if self.fresh:
-            count = 0 if self._next_seq is None else self._next_seq - self._first_seq
+            if self._next_seq is None:
+                first = self._first_seq = first_seq_without_messages(summaries)
+                count = 0
+            else:
+                first, count = self._first_seq, self._next_seq - self._first_seq
             self.conn.execute(q.update_conversation(
-                self.cid, first_seq=self._first_seq, last_seq=self._first_seq + count - 1,
+                self.cid, first_seq=first, last_seq=first + count - 1,
                 token_count=self._tokens, max_score=self._top, epoch=q.new_epoch(),
             ))
+            write_state_summaries(self.conn, self.cid, summaries)
         return _to_conversation(_conversation_row(self.conn, self.cid))
+
+
+def merge_summaries(
+    conn: Connection, cid: str, summaries: Sequence[Summary], aligned: bool,
+) -> tuple[int, int]:
+    """Write an import's summaries into a conversation that existed (merge mode).
+
+    A summary stored with the same number and the same range and text is left alone
+    (a re-import stores nothing new); one stored with the same number and anything
+    else is a :class:`ConflictError`. A new summary is written only when every
+    imported message is stored at its own seq (``aligned``: its range means the same
+    messages) and it extends the newest stored one; otherwise it is left out, as
+    :func:`load_state` leaves out the summaries of appended messages.
+
+    Returns:
+        ``(written, unchanged)``.
+    """
+    stored = {s.number: s for s in list_summaries(conn, cid)}
+    latest = max(stored.values(), key=lambda s: s.number, default=None)
+    last_seq = int(_conversation_row(conn, cid).last_seq)
+    written = unchanged = 0
+    rows = []
+    for s in summaries:
+        prior = stored.get(s.number)
+        if prior is not None:
+            if (prior.first_seq, prior.last_seq, prior.text) != (s.first_seq, s.last_seq, s.text):
+                raise ConflictError(
+                    f"summary {s.number} is already stored in conversation {cid!r} "
+                    "with a different range or text"
+                )
+            unchanged += 1
+            continue
+        if not aligned or s.last_seq > last_seq or (latest is not None and (
+            s.number < latest.number or s.first_seq > latest.first_seq
+            or s.last_seq < latest.last_seq
+        )):
+            continue
+        rows.append({**_summary_row(s), "conversation_id": cid})
+        latest = s
+        written += 1
+    if rows:
+        conn.execute(q.insert_summaries(), rows)
+    return written, unchanged
+
+
+def check_stream_summaries(summaries: Sequence[Summary], last_seq: int | None) -> str | None:
+    """Why a stream's summaries do not fit its messages (``None``: they fit).
+
+    The rule :class:`ConversationState` applies to a whole snapshot: the newest
+    summary ends at or before the newest message (``last_seq``; ``None`` when the
+    stream has no messages, and then any summaries fit).
+    """
+    if summaries and last_seq is not None and summaries[-1].last_seq > last_seq:
+        s = summaries[-1]
+        return (f"summary {s.number} ends at seq {s.last_seq}, after the newest message "
+                f"(seq {last_seq})")
+    return None
 
 
 def load_stream(
@@ -1119,8 +1213,10 @@ def load_stream(
 ) -> tuple[Conversation, int]:
     """Write a streamed snapshot in batches (one transaction: the caller's).
 
-    ``messages`` is an iterator of StoredMessage (read lazily from a file). Returns
-    the stored conversation and how many messages were written.
+    ``messages`` is an iterator of StoredMessage (read lazily from a file). The
+    header's summaries are written as :func:`load_state` writes them (a replace or
+    a new conversation keeps them; an append does not). Returns the stored
+    conversation and how many messages were written.
     """
     loader = Loader(conn, cid, head.conversation, "replace" if replace else "append", recounter)
     batch: list[StoredMessage] = []
@@ -1130,7 +1226,10 @@ def load_stream(
             loader.add(batch)
             batch = []
     loader.add(batch)
-    return loader.finish(), loader.written
+    problem = check_stream_summaries(head.summaries, loader.last_seq)
+    if problem is not None:
+        raise InvalidInputError(f"the snapshot's {problem}")
+    return loader.finish(head.summaries), loader.written
 
 
 # ---- summaries ------------------------------------------------------------------------

@@ -3,12 +3,14 @@
 ``dump_state`` writes the same JSON document as ``save_state(...).to_json()``, laid
 out so that it can be read back one message at a time::
 
-    {"format":"memstore.conversation","version":1,"conversation":{...},"view":null,"messages":[
+    {"format":"memstore.conversation","version":2,"conversation":{...},"view":null,"summaries":[...],"messages":[
     {...first message...},
     {...second message...}
     ]}
 
-The first line is everything but the messages and ends with ``"messages":[``; then
+The first line is everything but the messages (the conversation's summaries
+included: there is one per ``summarize`` call, so they are few) and ends with
+``"messages":[``; then
 one message per line (a comma ends every line but the last); then ``]}``. The file
 is plain JSON (``ConversationState.from_json`` reads it whole), and
 :func:`read_state` reads it with memory bounded by one message. A snapshot in any
@@ -23,7 +25,7 @@ from typing import Any, TextIO
 from pydantic import ValidationError
 
 from memstore.errors import InvalidInputError
-from memstore.models import Conversation, ConversationState, StoredMessage
+from memstore.models import Conversation, ConversationState, StoredMessage, Summary
 
 __all__ = ["is_file", "read_state", "write_state"]
 
@@ -38,12 +40,11 @@ def is_file(value: Any) -> bool:
 
 def write_state(
     fp: TextIO, conversation: Conversation, view: dict[str, Any] | None,
-    messages: Iterable[StoredMessage],
+    messages: Iterable[StoredMessage], summaries: Iterable[Summary] = (),
 ) -> int:
     """Write a snapshot to ``fp`` one message per line; returns how many messages."""
-    head = ConversationState(conversation=conversation, messages=[], view=view)
-    text = head.model_dump_json(exclude={"messages"})
-    fp.write(text[:-1] + OPEN + "\n")
+    text = head_line(conversation, view, summaries)
+    fp.write(text)
     count = 0
     pending: str | None = None
     for message in messages:
@@ -55,6 +56,16 @@ def write_state(
         fp.write(pending + "\n")
     fp.write(CLOSE + "\n")
     return count
+
+
+def head_line(
+    conversation: Conversation, view: dict[str, Any] | None, summaries: Iterable[Summary] = (),
+) -> str:
+    """The first line of a snapshot file: everything but the messages, then ``"messages":[``."""
+    head = ConversationState(conversation=conversation, messages=[], view=view,
+                             summaries=list(summaries))
+    text = head.model_dump_json(exclude={"messages"})
+    return text[:-1] + OPEN + "\n"
 
 
 def read_state(fp: TextIO) -> tuple[ConversationState, Iterator[StoredMessage]]:

@@ -312,7 +312,8 @@ class AsyncMemoryStore:
                 yield message
 
     async def _stream(
-        self, cid: str, start: int | None, stop: int | None, size: int
+        self, cid: str, start: int | None, stop: int | None, size: int,
+        summaries: list[Summary] | None = None,
     ) -> AsyncGenerator[tuple[Conversation | None, list[StoredMessage]], None]:
         await self.setup()
         snapshot = _base.snapshot_pages(self._engine.url)
@@ -328,7 +329,8 @@ class AsyncMemoryStore:
                             **read_options(self._engine.dialect.name, snapshot=True))
                         await conn.begin()
                     head, page = await conn.run_sync(
-                        _ops.read_page, cid, start, stop, after, size)
+                        _ops.read_page, cid, start, stop, after, size,
+                        summaries if after is None else None)
                     if not snapshot:
                         await conn.close()
                         conn = None
@@ -356,13 +358,12 @@ class AsyncMemoryStore:
         """
         cid, _, _, size = _base.check_page_args(conversation_id, None, None, page_size)
         config = _base.view_config(_base.check_view(view) if view is not None else None)
-        stream = self._stream(cid, None, None, size)
+        summaries: list[Summary] = []
+        stream = self._stream(cid, None, None, size, summaries)
         try:
             head, first = await stream.__anext__()
             assert head is not None
-            head_text = ConversationState(
-                conversation=head, messages=[], view=config).model_dump_json(exclude={"messages"})
-            fp.write(head_text[:-1] + _stateio.OPEN + "\n")
+            fp.write(_stateio.head_line(head, config, summaries))
             pending: str | None = None
             for message in first:
                 if pending is not None:

@@ -338,9 +338,14 @@ class MemoryStore:
         return (m for _, page in self._stream(cid, start, stop, size) for m in page)
 
     def _stream(
-        self, cid: str, start: int | None, stop: int | None, size: int
+        self, cid: str, start: int | None, stop: int | None, size: int,
+        summaries: list[Summary] | None = None,
     ) -> Iterator[tuple[Conversation | None, list[StoredMessage]]]:
-        """Keyset pages from one snapshot; the first item carries the conversation."""
+        """Keyset pages from one snapshot; the first item carries the conversation.
+
+        With ``summaries`` given, the first page also reads the conversation's
+        summaries into that list (from the header's snapshot).
+        """
         snapshot = _base.snapshot_pages(self._engine.url)
         conn: Connection | None = None
         after: int | None = None
@@ -352,7 +357,8 @@ class MemoryStore:
                         conn = self._engine.connect()
                         conn.execution_options(**read_options(conn.dialect.name, snapshot=True))
                         conn.begin()
-                    head, page = _ops.read_page(conn, cid, start, stop, after, size)
+                    head, page = _ops.read_page(conn, cid, start, stop, after, size,
+                                                summaries if after is None else None)
                     if not snapshot:
                         conn.close()
                         conn = None
@@ -392,7 +398,8 @@ class MemoryStore:
         """
         cid, _, _, size = _base.check_page_args(conversation_id, None, None, page_size)
         config = _base.view_config(_base.check_view(view) if view is not None else None)
-        stream = self._stream(cid, None, None, size)
+        summaries: list[Summary] = []
+        stream = self._stream(cid, None, None, size, summaries)
         head, first = next(stream)
         assert head is not None
 
@@ -401,7 +408,7 @@ class MemoryStore:
             for _, page in stream:
                 yield from page
 
-        _stateio.write_state(fp, head, config, messages())
+        _stateio.write_state(fp, head, config, messages(), summaries)
         return head
 
     def restore_state(

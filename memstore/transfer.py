@@ -7,7 +7,7 @@ Example:
     >>> _ = source.extend("chat-1", [Message.user("Hello"), Message.assistant("Hi!")])
     >>> buffer = io.StringIO()
     >>> export_jsonl(source, buffer)
-    ExportResult(conversations=1, messages=2)
+    ExportResult(conversations=1, messages=2, summaries=0)
     >>> _ = buffer.seek(0)
     >>> import_jsonl(target, buffer).conversations[0].written
     2
@@ -22,7 +22,12 @@ The format (``docs/export-format.md``): for each conversation a header line::
 
 then ``N`` lines, one per message, each the JSON of a :class:`StoredMessage` (every
 stored field: seq, id, created_at, role, content, name, tool_calls, tool_call_id,
-score, pinned, metadata, token_count, token_counter, conversation_id).
+score, pinned, metadata, token_count, token_counter, conversation_id), then one
+line per stored summary, oldest first::
+
+    {"memstore_export":1,"type":"summary","conversation_id":...,"number":1,
+     "first_seq":...,"last_seq":...,"text":...,"token_count":...,
+     "token_counter":...,"created_at":...}
 
 Both directions stream: the export reads each conversation in keyset pages from
 one snapshot, the import writes each conversation in batches of
@@ -40,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from memstore import _base, _ops
 from memstore.errors import ImportFormatError, InvalidInputError, MemstoreError
-from memstore.models import Conversation, StoredMessage
+from memstore.models import Conversation, StoredMessage, Summary
 
 if TYPE_CHECKING:
     from memstore.store import MemoryStore
@@ -74,12 +79,14 @@ class ExportResult(BaseModel):
     Attributes:
         conversations: conversations exported (one header line each).
         messages: message lines written.
+        summaries: summary lines written.
     """
 
     model_config = _FROZEN
 
     conversations: int
     messages: int
+    summaries: int = 0
 
 
 class ImportedConversation(BaseModel):
@@ -93,6 +100,9 @@ class ImportedConversation(BaseModel):
         replaced: an existing conversation was deleted first (``replace=True``).
         recounted: messages whose token count (or counter) was recomputed: counts in
             a file are not trusted.
+        summaries: summaries stored by this import.
+        summaries_unchanged: summaries already stored with the same number, range
+            and text.
     """
 
     model_config = _FROZEN
@@ -102,6 +112,8 @@ class ImportedConversation(BaseModel):
     unchanged: int
     replaced: bool
     recounted: int = 0
+    summaries: int = 0
+    summaries_unchanged: int = 0
 
 
 class ImportResult(BaseModel):
@@ -151,6 +163,11 @@ def _header_line(conversation: Conversation) -> str:
     return f'{{"memstore_export":{EXPORT_VERSION},"type":"conversation",{body[1:]}\n'
 
 
+def _summary_line(summary: Summary) -> str:
+    body = summary.model_dump_json()
+    return f'{{"memstore_export":{EXPORT_VERSION},"type":"summary",{body[1:]}\n'
+
+
 def _all_ids(store: MemoryStore) -> Iterator[str]:
     after: str | None = None
     while True:
@@ -171,9 +188,10 @@ def export_jsonl(
 ) -> ExportResult:
     """Write conversations to ``fp`` in memstore's JSON Lines export format.
 
-    Each conversation is read from one snapshot (its header and messages agree even
-    while others write) in keyset pages of :data:`EXPORT_PAGE` messages, so memory
-    stays flat however long it is.
+    Each conversation is read from one snapshot (its header, messages and summaries
+    agree even while others write) in keyset pages of :data:`EXPORT_PAGE` messages,
+    so memory stays flat however long it is. Its summary lines (one per
+    ``summarize`` call, so few) follow its message lines.
 
     Args:
         store: the store to read.
@@ -183,7 +201,7 @@ def export_jsonl(
         progress: called with the number of messages written since its previous call.
 
     Returns:
-        How many conversations and messages were written.
+        How many conversations, messages and summaries were written.
 
     Raises:
         ConversationNotFoundError: a requested conversation does not exist (the
@@ -195,9 +213,11 @@ def export_jsonl(
             "conversation_ids must be a list of ids, not a single string"
         )
     ids = _all_ids(store) if conversation_ids is None else iter(conversation_ids)
-    conversations = messages = 0
+    conversations = messages = summary_count = 0
     for cid in ids:
-        stream = store._stream(_base.check_conversation_id(cid), None, None, EXPORT_PAGE)
+        summaries: list[Summary] = []
+        stream = store._stream(_base.check_conversation_id(cid), None, None, EXPORT_PAGE,
+                               summaries)
         for conversation, page in stream:
             if conversation is not None:
                 fp.write(_header_line(conversation))
@@ -208,7 +228,11 @@ def export_jsonl(
                 messages += len(page)
                 if progress is not None:
                     progress(len(page))
-    return ExportResult(conversations=conversations, messages=messages)
+        for summary in summaries:
+            fp.write(_summary_line(summary))
+        summary_count += len(summaries)
+    return ExportResult(conversations=conversations, messages=messages,
+                        summaries=summary_count)
 
 
 # ---- import ---------------------------------------------------------------------------
@@ -260,17 +284,28 @@ def _is_header(line: dict[str, Any]) -> bool:
     return "memstore_export" in line
 
 
-def _header(line_no: int, line: dict[str, Any]) -> tuple[Conversation, int] | None:
-    """The conversation a header line describes, with its message count (None: skip)."""
+def _check_version(line_no: int, line: dict[str, Any]) -> None:
     version = line.get("memstore_export")
     if version != EXPORT_VERSION:
         raise ImportFormatError(
             line_no, f"export format version {version!r} is not supported "
             f"(this memstore reads version {EXPORT_VERSION})"
         )
+
+
+def _is_summary(line: dict[str, Any]) -> bool:
+    return _is_header(line) and line.get("type") == "summary"
+
+
+def _header(line_no: int, line: dict[str, Any]) -> tuple[Conversation, int]:
+    """The conversation a header line describes, with its message count."""
+    _check_version(line_no, line)
     kind = line.get("type")
     if kind == "summary":
-        return None  # reserved for conversation summaries; skipped by this version
+        raise ImportFormatError(
+            line_no, "a summary line before any conversation header (summary lines "
+            "follow their conversation's messages)"
+        )
     if kind != "conversation":
         raise ImportFormatError(line_no, f"unknown line type {kind!r}")
     fields = {k: v for k, v in line.items() if k not in ("memstore_export", "type")}
@@ -307,6 +342,39 @@ def _message(line_no: int, line: dict[str, Any], cid: str, source: str | None) -
         raise ImportFormatError(line_no, f"not a stored message: {exc}") from None
 
 
+def _summary(line_no: int, line: dict[str, Any], cid: str, source: str | None) -> Summary:
+    """A summary line as a Summary of conversation ``cid`` (owner checked as messages)."""
+    _check_version(line_no, line)
+    fields = {k: v for k, v in line.items() if k not in ("memstore_export", "type")}
+    owner = fields.get("conversation_id")
+    if source is not None and owner is not None and owner != source:
+        raise ImportFormatError(
+            line_no, f"the summary belongs to conversation {owner!r}, not {source!r}"
+        )
+    try:
+        return Summary.model_validate({**fields, "conversation_id": cid})
+    except ValidationError as exc:
+        raise ImportFormatError(line_no, f"not a summary: {exc}") from None
+
+
+def _check_summary(
+    line_no: int, summary: Summary, previous: Summary | None, last_seq: int | None,
+) -> None:
+    """A summary line must extend the previous one and lie within the imported messages."""
+    if previous is not None and (
+        summary.number <= previous.number or summary.first_seq > previous.first_seq
+        or summary.last_seq < previous.last_seq
+    ):
+        raise ImportFormatError(
+            line_no, f"summary {summary.number} ({summary.first_seq}..{summary.last_seq}) "
+            f"does not extend summary {previous.number} "
+            f"({previous.first_seq}..{previous.last_seq})"
+        )
+    problem = _ops.check_stream_summaries([summary], last_seq)
+    if problem is not None:
+        raise ImportFormatError(line_no, f"{problem}: its range is not in the imported messages")
+
+
 def import_jsonl(
     store: MemoryStore,
     fp: TextIO,
@@ -327,6 +395,13 @@ def import_jsonl(
       one is appended, one stored with other content is a :class:`ConflictError`;
       the stored conversation's metadata is kept;
     * ``replace=True`` deletes it first and writes the file's version.
+
+    Summary lines are stored with a conversation created (or replaced) by the
+    import. Into one that existed, a summary stored with the same number, range and
+    text is ``summaries_unchanged``, one with the same number and other content is a
+    :class:`ConflictError`, and a new one is stored only when every imported
+    message sits at its own seq in the store (so its range means the same
+    messages) and it extends the newest stored summary; otherwise it is left out.
 
     Token counts in the file are not trusted: every message is recounted (see
     :class:`ImportedConversation.recounted`).
@@ -361,10 +436,7 @@ def import_jsonl(
             expected: int | None = None
             if _is_header(line):
                 lines.take()
-                parsed = _header(line_no, line)
-                if parsed is None:
-                    continue
-                header, expected = parsed
+                header, expected = _header(line_no, line)
             elif target is None:
                 raise ImportFormatError(
                     line_no, "a message line before any conversation header "
@@ -394,6 +466,7 @@ def _import_one(
         batch: list[StoredMessage] = []
         count = 0
         previous: int | None = None
+        last_seq: int | None = None
         while (item := lines.peek()) is not None and not _is_header(item[1]):
             lines.take()
             number, raw = item
@@ -405,7 +478,7 @@ def _import_one(
                     number, f"seq {message.seq} does not follow seq {previous} (the seqs "
                     "of a conversation are contiguous and increasing)"
                 )
-            previous = message.seq
+            previous = last_seq = message.seq
             batch.append(message)
             count += 1
             if len(batch) >= IMPORT_BATCH:
@@ -422,9 +495,23 @@ def _import_one(
                 line_no, f"the header announces {expected} messages for conversation "
                 f"{source!r} and the file holds {count} (a truncated or edited file)"
             )
-        loader.finish()
+        summaries: list[Summary] = []
+        while (item := lines.peek()) is not None and _is_summary(item[1]):
+            lines.take()
+            number, raw = item
+            summary = _summary(number, raw, cid, source)
+            _check_summary(number, summary, summaries[-1] if summaries else None, last_seq)
+            summaries.append(summary)
+        written = unchanged = 0
+        if loader.fresh:
+            loader.finish(summaries)
+            written = len(summaries)
+        else:
+            loader.finish()
+            written, unchanged = _ops.merge_summaries(conn, cid, summaries, loader.aligned)
     return ImportedConversation(id=cid, written=loader.written, unchanged=loader.unchanged,
-                                replaced=loader.replaced, recounted=recounter.recounted)
+                                replaced=loader.replaced, recounted=recounter.recounted,
+                                summaries=written, summaries_unchanged=unchanged)
 
 
 def _add(loader: _ops.Loader, batch: list[StoredMessage], line_no: int) -> None:

@@ -416,6 +416,7 @@ def _print_imported(c: Any) -> None:
         what += f", {c.unchanged} already stored" if c.unchanged else ""
     else:
         what = f"nothing new ({c.unchanged} messages already stored)"
+    what += f", {c.summaries} summaries stored" if c.summaries else ""
     print(f"{c.id}: {what}")
 
 
@@ -438,6 +439,7 @@ def export(args: argparse.Namespace) -> int:
             if target:
                 fp.close()
     out.status(f"exported {result.conversations} conversations, {result.messages} messages"
+               + (f", {result.summaries} summaries" if result.summaries else "")
                + (f" to {target}" if target else ""))
     return 0
 
