@@ -9,14 +9,11 @@ shows, never with the summarized history.
 
 from __future__ import annotations
 
-import re
-import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple, cast
 
-from memstore._validate import short_repr, text_problem
-from memstore.errors import ConfigurationError, ContextBudgetError
+from memstore.errors import ContextBudgetError
 from memstore.history import HistorySource, ListHistory
 from memstore.models import (
     DEFAULT_SUMMARY_TEMPLATE,
@@ -32,15 +29,14 @@ from memstore.models import (
 from memstore.tokens import TokenCounter, count_tool_schemas
 from memstore.units import BackwardUnits, ReverseReader, Unit
 from memstore.views import (
-    _MAX_SPEC_NUMBER,
     _VIEW_CLASSES,
-    MAX_PLACEHOLDER_CHARS,
     ContextView,
     _budget_page,
     _check_budget_params,
     _check_counter,
     _Ledger,
     _normalize_tools,
+    check_format_template,
 )
 
 __all__ = ["Fold", "SummaryView", "plan_fold"]
@@ -50,47 +46,12 @@ _TEMPLATE_FIELDS = ("first", "last", "text")
 
 
 def _check_summary_template(template: object) -> None:
-    """Validate a summary template: ``{first}``/``{last}``/``{text}`` fields only.
+    """Validate a summary template: the placeholder rules, with ``{first}``/``{last}``/``{text}``.
 
-    The rules of the placeholder templates: storable text of at most
-    ``MAX_PLACEHOLDER_CHARS`` characters, no attribute or index access, no format
-    spec asking for widths or precisions above 200.
+    The output is not bounded: ``{text}`` is the summary itself.
     """
-    where = "SummaryView template"
-    if not isinstance(template, str):
-        raise ConfigurationError(f"{where} must be a str, got {short_repr(template)}")
-    if len(template) > MAX_PLACEHOLDER_CHARS:
-        raise ConfigurationError(
-            f"{where} is {len(template)} characters long; the maximum is {MAX_PLACEHOLDER_CHARS}"
-        )
-    problem = text_problem(template)
-    if problem is not None:
-        raise ConfigurationError(f"{where} {problem}")
-    try:
-        parsed = list(string.Formatter().parse(template))
-    except ValueError as exc:
-        raise ConfigurationError(f"{where} {template!r} is not a format string: {exc}") from exc
-    for _literal, name, spec, _conversion in parsed:
-        if name is None:
-            continue
-        if name not in _TEMPLATE_FIELDS:
-            raise ConfigurationError(
-                f"{where} {template!r} has the field {{{name}}}; only {{first}}, {{last}} "
-                "and {text} are available"
-            )
-        if spec and ("{" in spec or any(
-                len(d) > 3 or int(d) > _MAX_SPEC_NUMBER for d in re.findall(r"\d+", spec))):
-            raise ConfigurationError(
-                f"{where} {template!r}: the format spec {spec!r} asks for more than "
-                f"{_MAX_SPEC_NUMBER} characters (or nests a field)"
-            )
-    try:
-        template.format(first=1, last=2, text="summary")
-    except (KeyError, IndexError, ValueError, AttributeError, TypeError) as exc:
-        raise ConfigurationError(
-            f"{where} {template!r} does not format with {{first}}, {{last}} and {{text}}: "
-            f"{exc!r}"
-        ) from exc
+    check_format_template("SummaryView template", template, _TEMPLATE_FIELDS,
+                          [{"first": 1, "last": 2, "text": "summary"}], bound_output=False)
 
 
 def _priming(counter: TokenCounter) -> int:

@@ -154,15 +154,31 @@ def _check_real(view: str, name: str, value: object) -> float:
     return number
 
 
-def _check_template(view: str, template: object) -> None:
-    """Validate a placeholder template: ``{n}``/``{messages}`` fields, bounded output.
+def _field_list(fields: Sequence[str]) -> str:
+    """``{a}``, ``{a} and {b}``, ``{a}, {b} and {c}``: the fields a template may use."""
+    names = [f"{{{name}}}" for name in fields]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
-    Only the fields ``n`` and ``messages`` are allowed (no attribute or index access),
-    format specs may not ask for widths or precisions above 200, and the text the
-    template produces for any count must be at most ``MAX_PLACEHOLDER_CHARS``
-    characters of storable text.
+
+def check_format_template(
+    where: str,
+    template: object,
+    fields: Sequence[str],
+    samples: Sequence[Mapping[str, object]],
+    *,
+    bound_output: bool,
+) -> None:
+    """Validate a user template: only ``fields``, bounded format specs, storable text.
+
+    The template is at most ``MAX_PLACEHOLDER_CHARS`` characters of storable text,
+    uses no attribute or index access, and no format spec asks for widths or
+    precisions above 200. It must format with every mapping in ``samples``; with
+    ``bound_output`` the text it produces for each is at most
+    ``MAX_PLACEHOLDER_CHARS`` characters too.
+
+    Raises:
+        ConfigurationError: naming ``where`` and what is wrong.
     """
-    where = f"{view} placeholder_template"
     if not isinstance(template, str):
         raise ConfigurationError(f"{where} must be a str, got {_short(template)}")
     if len(template) > MAX_PLACEHOLDER_CHARS:
@@ -176,13 +192,14 @@ def _check_template(view: str, template: object) -> None:
         parsed = list(string.Formatter().parse(template))
     except ValueError as exc:
         raise ConfigurationError(f"{where} {template!r} is not a format string: {exc}") from exc
+    available = _field_list(fields)
     for _literal, field_name, spec, _conversion in parsed:
         if field_name is None:
             continue
-        if field_name not in ("n", "messages"):
+        if field_name not in fields:
             raise ConfigurationError(
-                f"{where} {template!r} has the field {{{field_name}}}; only {{n}} and "
-                f"{{messages}} are available"
+                f"{where} {template!r} has the field {{{field_name}}}; only {available} "
+                "are available"
             )
         if spec and ("{" in spec or any(
                 len(d) > 3 or int(d) > _MAX_SPEC_NUMBER for d in re.findall(r"\d+", spec))):
@@ -190,18 +207,28 @@ def _check_template(view: str, template: object) -> None:
                 f"{where} {template!r}: the format spec {spec!r} asks for more than "
                 f"{_MAX_SPEC_NUMBER} characters (or nests a field)"
             )
-    for count in (0, 1, 2, MAX_VIEW_INT):
+    for sample in samples:
         try:
-            text = template.format(n=count, messages="message" if count == 1 else "messages")
+            text = template.format(**sample)
         except (KeyError, IndexError, ValueError, AttributeError, TypeError) as exc:
             raise ConfigurationError(
-                f"{where} {template!r} does not format with {{n}} and {{messages}}: {exc!r}"
+                f"{where} {template!r} does not format with {available}: {exc!r}"
             ) from exc
-        if len(text) > MAX_PLACEHOLDER_CHARS:
+        if bound_output and len(text) > MAX_PLACEHOLDER_CHARS:
             raise ConfigurationError(
                 f"{where} {template!r} produces {len(text)} characters; the maximum is "
                 f"{MAX_PLACEHOLDER_CHARS}"
             )
+
+
+def _check_template(view: str, template: object) -> None:
+    """Validate a placeholder template: ``{n}``/``{messages}`` fields, bounded output."""
+    check_format_template(
+        f"{view} placeholder_template", template, ("n", "messages"),
+        [{"n": count, "messages": "message" if count == 1 else "messages"}
+         for count in (0, 1, 2, MAX_VIEW_INT)],
+        bound_output=True,
+    )
 
 
 def _check_budget_params(view: str, token_limit: object, reserve: object) -> None:
