@@ -292,7 +292,7 @@ def append_messages(
         # of the same id cannot slip in between the check and the insert.
         conn.execute(*q.allocate_seqs(dialect, cid, now, 0, 0, 0.0))
         ids = sorted({p.message.id for p in batch if p.message.id is not None})
-        stored = {m.id: m for m in map(to_stored, conn.execute(q.messages_by_ids(cid, ids)))}
+        stored = stored_by_ids(conn, cid, ids)
         first_with_id: dict[str, int] = {}
         for i, p in enumerate(batch):
             mid = p.message.id
@@ -342,6 +342,18 @@ def append_messages(
     for i, j in repeats.items():
         results[i] = results[j]
     return [r for r in results if r is not None]
+
+
+def stored_by_ids(conn: Connection, cid: str, ids: list[str]) -> dict[str, StoredMessage]:
+    """The stored messages of ``cid`` with the given client ids, by id."""
+    dialect = conn.dialect.name
+    found: dict[str, StoredMessage] = {}
+    for start in range(0, len(ids), q.ID_LOOKUP_CHUNK):
+        chunk = ids[start:start + q.ID_LOOKUP_CHUNK]
+        for row in conn.execute(q.messages_by_ids(dialect, cid, chunk)):
+            message = to_stored(row)
+            found[message.id] = message
+    return found
 
 
 def append_direct(
@@ -1110,8 +1122,7 @@ class Loader:
 
     def _new_only(self, batch: Sequence[StoredMessage]) -> list[StoredMessage]:
         ids = sorted({m.id for m in batch})
-        stored = {m.id: m for m in map(to_stored, self.conn.execute(
-            q.messages_by_ids(self.cid, ids)))}
+        stored = stored_by_ids(self.conn, self.cid, ids)
         fresh: list[StoredMessage] = []
         seen: dict[str, StoredMessage] = {}
         for m in batch:

@@ -220,9 +220,31 @@ ANCHORED: ColumnClause[Any] = literal_column("memstore_messages.anchored")
 
 
 
-def messages_by_ids(cid: str, ids: list[str]) -> Select[Any]:
-    """Messages with the given client ids (the idempotency lookup)."""
-    return select(*MESSAGE_COLUMNS).where(M.conversation_id == cid, M.message_id.in_(ids))
+#: Client ids looked up per statement. SQLite binds each id as a variable (its limit is
+#: 32,766, 999 on builds before 3.32); PostgreSQL binds one array per chunk.
+ID_LOOKUP_CHUNK = 500
+
+
+def messages_by_ids(dialect: str, cid: str, ids: list[str]) -> Select[Any]:
+    """Messages with the given client ids (the idempotency lookup; at most a chunk of ids).
+
+    On PostgreSQL every id is one probe of the unique ``(conversation_id, message_id)``
+    index, whatever the planner's statistics say. ``message_id IN (...)`` left the plan
+    to them, and with stale statistics (a conversation filled faster than autovacuum
+    analyses it, or autovacuum off) the planner scanned the whole conversation and
+    tested every row against the list: writing 1,000,000 messages with client ids in
+    batches of 10,000 took 40 minutes, each batch slower than the last. A ``LATERAL``
+    subquery with ``LIMIT 1`` cannot be flattened into a hash or merge join, so it stays
+    a nested loop of index probes. SQLite's planner always probes the index for ``IN``.
+    """
+    if dialect != "postgresql":
+        return select(*MESSAGE_COLUMNS).where(M.conversation_id == cid, M.message_id.in_(ids))
+    wanted = func.unnest(bindparam("ids", ids, type_=postgresql.ARRAY(String()))
+                         ).table_valued("id").render_derived(name="wanted")
+    probe = (select(*MESSAGE_COLUMNS)
+             .where(M.conversation_id == cid, M.message_id == wanted.c.id)
+             .limit(1).lateral("probe"))
+    return select(*probe.c).select_from(wanted).join(probe, literal(True))
 
 
 def sum_tokens(cid: str, *, start: int | None = None, stop: int | None = None) -> Select[Any]:

@@ -142,3 +142,56 @@ async def test_read_rows_share_one_fields_set_without_leaking(store: Any) -> Non
     assert rows[1].model_fields_set == fields
     again = await call(store.window("c", TokenLimitedView(10_000)))
     assert again.messages == rows
+
+
+async def test_client_id_lookups_cross_chunks_and_stay_exactly_once(store: Any) -> None:
+    """Batches with more client ids than one lookup statement takes (``ID_LOOKUP_CHUNK``)."""
+    from memstore._statements import ID_LOOKUP_CHUNK
+
+    n = ID_LOOKUP_CHUNK * 2 + 7
+    batch = [Message.user(f"m{i}", id=f"id-{i}") for i in range(n)]
+    first = await call(store.extend("c", batch[: n // 2]))
+    again = await call(store.extend("c", batch))  # the first half is stored already
+    assert again[: n // 2] == first
+    assert [m.seq for m in again] == list(range(1, n + 1))
+    assert [m.id for m in await call(store.messages("c"))] == [m.id for m in batch]
+    with pytest.raises(ConflictError, match="id-1000"):
+        await call(store.extend("c", [*batch[:5], Message.user("other", id="id-1000")]))
+    assert (await call(store.get_conversation("c"))).message_count == n
+
+
+@pytest.mark.postgres
+def test_postgres_client_id_lookup_probes_the_unique_index_without_statistics(
+    pg_url: str,
+) -> None:
+    """The lookup is one index probe per id even when the planner's statistics are stale.
+
+    ``message_id IN (...)`` let PostgreSQL, with no statistics for a freshly filled
+    conversation, scan the whole conversation and test each row against the list.
+    """
+    from sqlalchemy import create_engine, text
+
+    from memstore import MemoryStore
+    from memstore import _statements as q
+
+    with MemoryStore(pg_url, migrate="upgrade") as store:
+        store.extend("big", [Message.user(f"m{i}", id=f"id-{i}") for i in range(5000)])
+    engine = create_engine(pg_url)
+    try:
+        with engine.connect() as conn:
+            ids = [f"id-{i}" for i in range(q.ID_LOOKUP_CHUNK)]
+            stmt = q.messages_by_ids("postgresql", "big", ids).compile(dialect=engine.dialect)
+            plans = []
+            # Whatever the statistics: none yet (a fresh fill), then analysed.
+            for analyse in (False, True):
+                if analyse:
+                    conn.execute(text("ANALYZE memstore_messages"))
+                plans.append("\n".join(row[0] for row in conn.exec_driver_sql(
+                    "EXPLAIN " + str(stmt), stmt.params)))
+            assert len(conn.execute(q.messages_by_ids("postgresql", "big", ids)).all()) == len(ids)
+    finally:
+        engine.dispose()
+    for plan in plans:
+        assert "Nested Loop" in plan, plan
+        assert "uq_memstore_messages_conversation_id_message_id" in plan, plan
+        assert "message_id)::text = (wanted.id)::text" in plan, plan
