@@ -35,8 +35,11 @@ from memstore._validate import (
     MAX_SEQ,
     MAX_TOKEN_COUNT,
     check_json,
+    check_size,
+    json_size,
     short_repr,
     text_problem,
+    utf8_size,
 )
 from memstore.errors import (
     ConfigurationError,
@@ -313,6 +316,7 @@ def check_metadata(metadata: Any) -> dict[str, Any]:
         raise InvalidInputError(f"metadata must be a JSON object, not {type(metadata).__name__}")
     try:
         check_json(metadata, "metadata")
+        check_size(json_size(metadata), "metadata")
     except ValueError as exc:
         raise InvalidInputError(str(exc)) from None
     return dict(metadata)
@@ -627,6 +631,10 @@ def summary_text(output: Any) -> str:
     problem = text_problem(text)
     if problem is not None:
         raise InvalidInputError(f"the summary {problem}")
+    try:
+        check_size(utf8_size(text), "the summary")
+    except ValueError as exc:
+        raise InvalidInputError(str(exc)) from None
     return text
 
 

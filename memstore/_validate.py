@@ -18,6 +18,11 @@ round-trip, before any database work:
 * **Integers** that reach a column fit it on both databases: seqs are at most
   :data:`MAX_SEQ`, per-message token counts at most :data:`MAX_TOKEN_COUNT`, token
   counter names at most :data:`MAX_COUNTER_NAME_LENGTH` characters.
+* **Sizes**: a message (content, parts, tool calls, name, ids and metadata together),
+  a summary's text and a conversation's metadata are each at most
+  :data:`MAX_RECORD_BYTES` in UTF-8. PostgreSQL refuses a ``jsonb`` value over
+  255 MiB and a text value over 1 GiB where SQLite (limit 1 GB) would store it; one
+  bound under both gives the two databases the same outcome.
 
 Each check raises :class:`ValueError` with a message naming the value's place
 (pydantic turns it into a ``ValidationError`` naming the field); the stores wrap it
@@ -26,6 +31,7 @@ in :class:`~memstore.errors.InvalidInputError` for call arguments.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -35,12 +41,16 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "MAX_JSON_FLOAT",
     "MAX_JSON_INT_DIGITS",
+    "MAX_RECORD_BYTES",
     "MAX_SEQ",
     "MAX_TOKEN_COUNT",
     "check_json",
+    "check_size",
     "check_text",
+    "json_size",
     "short_repr",
     "text_problem",
+    "utf8_size",
 ]
 
 #: Deepest nesting of lists/objects accepted in a JSON value (the top-level object is 1).
@@ -65,6 +75,11 @@ MAX_TOKEN_COUNT = 2**31 - 1
 
 #: Longest token counter name (the ``token_counter`` column is ``VARCHAR(64)``).
 MAX_COUNTER_NAME_LENGTH = 64
+
+#: Largest stored record in UTF-8 bytes (64 MiB): one message with everything it holds,
+#: one summary text, one conversation's metadata. Far above any model's context window,
+#: and under PostgreSQL's ``jsonb`` (255 MiB) and text (1 GiB) limits and SQLite's 1 GB.
+MAX_RECORD_BYTES = 64 * 2**20
 
 
 def short_repr(value: Any) -> str:
@@ -102,6 +117,27 @@ def check_text(value: str, what: str) -> str:
     if problem is not None:
         raise ValueError(f"{what} {problem}")
     return value
+
+
+def utf8_size(value: str) -> int:
+    """``value``'s length in UTF-8 bytes (its length when it is ASCII: no copy)."""
+    if value.isascii():
+        return len(value)
+    return len(value.encode("utf-8", "surrogatepass"))
+
+
+def json_size(value: Any) -> int:
+    """The UTF-8 size of ``value`` written as compact JSON (``value`` passed :func:`check_json`)."""
+    return utf8_size(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+
+
+def check_size(size: int, what: str) -> None:
+    """Raise ValueError when a record of ``size`` UTF-8 bytes exceeds :data:`MAX_RECORD_BYTES`."""
+    if size > MAX_RECORD_BYTES:
+        raise ValueError(
+            f"{what} is {size:,} bytes in UTF-8; the largest record memstore stores is "
+            f"{MAX_RECORD_BYTES:,} bytes (64 MiB), the same on SQLite and PostgreSQL"
+        )
 
 
 def _float_problem(value: float) -> str | None:

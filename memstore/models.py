@@ -30,8 +30,11 @@ from memstore._validate import (
     MAX_SEQ,
     MAX_TOKEN_COUNT,
     check_json,
+    check_size,
     check_text,
+    json_size,
     short_repr,
+    utf8_size,
 )
 
 __all__ = [
@@ -317,6 +320,7 @@ class Message(BaseModel):
         if (isinstance(self.content, list) and self.role != "user"
                 and any(not isinstance(part, TextPart) for part in self.content)):
             raise ValueError(f"a {self.role} message may only hold text parts")
+        check_size(_message_size(self), "the message (content, parts, tool calls and metadata)")
         return self
 
     # ---- convenience ------------------------------------------------------------------
@@ -449,6 +453,24 @@ def _is_empty(value: Any) -> bool:
     return value is None or (isinstance(value, (str, list, tuple)) and len(value) == 0)
 
 
+def _message_size(message: Message) -> int:
+    """What a message's strings and metadata take in UTF-8 (the record size bound)."""
+    content = message.content
+    if isinstance(content, str):
+        size = utf8_size(content)
+    elif content:
+        size = sum(utf8_size(part.text) if isinstance(part, TextPart)
+                   else utf8_size(part.image_url.url) for part in content)
+    else:
+        size = 0
+    if message.tool_calls:
+        size += sum(utf8_size(call.arguments) + len(call.name) + len(call.id)
+                    for call in message.tool_calls)
+    if message.metadata:
+        size += json_size(message.metadata)
+    return size
+
+
 class StoredMessage(Message):
     """A message as stored: the caller's message plus what the store assigned.
 
@@ -523,6 +545,7 @@ class Conversation(BaseModel):
         if not isinstance(value, Mapping):
             raise ValueError(f"metadata must be a JSON object, not {type(value).__name__}")
         check_json(value, "metadata")
+        check_size(json_size(value), "metadata")
         return value
 
 
@@ -648,6 +671,7 @@ class Summary(BaseModel):
     @field_validator("text")
     @classmethod
     def _check_text(cls, value: str) -> str:
+        check_size(utf8_size(value), "summary text")
         return check_text(value, "summary text")
 
     @field_validator("token_counter")

@@ -493,3 +493,52 @@ async def test_load_state_into_an_empty_id_is_refused(store: Any) -> None:
     with pytest.raises(InvalidInputError, match="empty"):
         await call(store.load_state(state, ""))
     assert len(await call(store.messages("c"))) == 2  # not silently replaced
+
+
+# ---- sizes: one bound under both databases' limits --------------------------------------------
+
+
+def test_records_over_the_size_bound_are_refused_by_name() -> None:
+    from memstore._validate import MAX_RECORD_BYTES
+
+    over = MAX_RECORD_BYTES + 1
+    with pytest.raises(pydantic.ValidationError, match="67,108,865 bytes in UTF-8"):
+        Message.user("a" * over)
+    # Bytes, not characters: 2-byte characters reach the bound at half the length.
+    with pytest.raises(pydantic.ValidationError, match="bytes in UTF-8"):
+        Message.user("é" * (MAX_RECORD_BYTES // 2 + 1))
+    half = "a" * (MAX_RECORD_BYTES // 2)
+    with pytest.raises(pydantic.ValidationError, match="the message"):  # content + metadata
+        Message.user(half, metadata={"k": half})
+    with pytest.raises(pydantic.ValidationError, match="the message"):  # two text parts
+        Message.user([{"type": "text", "text": half}, {"type": "text", "text": half + "a"}])
+    with pytest.raises(pydantic.ValidationError, match="the message"):  # a data URL image
+        Message.user([{"type": "image_url", "image_url": {"url": "data:," + "a" * over}}])
+    with pytest.raises(pydantic.ValidationError, match="the message"):  # tool arguments
+        Message(role="assistant", tool_calls=[{"id": "c", "name": "f",
+                                               "arguments": json.dumps({"a": half + half})}])
+
+
+async def test_records_at_the_size_bound_round_trip_on_both_databases(store: Any) -> None:
+    from memstore._validate import MAX_RECORD_BYTES
+
+    content = "a" * MAX_RECORD_BYTES
+    stored = await call(store.append("c", Message.user(content)))
+    assert (await call(store.get_message("c", stored.seq))).content == content
+    del content
+    blob = "b" * (MAX_RECORD_BYTES - len('{"blob":""}'))
+    with pytest.raises(InvalidInputError, match="metadata is 67,108,865 bytes"):
+        await call(store.create_conversation("d", {"blob": blob + "b"}))
+    await call(store.create_conversation("d", {"blob": blob}))
+    assert (await call(store.get_conversation("d"))).metadata == {"blob": blob}
+
+
+async def test_a_summary_over_the_size_bound_is_refused_and_nothing_is_written(
+    store: Any,
+) -> None:
+    from memstore._validate import MAX_RECORD_BYTES
+
+    await call(store.extend("c", [Message.user(f"m{i}") for i in range(20)]))
+    with pytest.raises(InvalidInputError, match="the summary is 67,108,865 bytes"):
+        await call(store.summarize("c", lambda _: "s" * (MAX_RECORD_BYTES + 1), keep_tokens=10))
+    assert await call(store.summaries("c")) == []
