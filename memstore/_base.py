@@ -113,7 +113,12 @@ def schema_needs_write(conn: Connection, mode: MigrateMode) -> bool:
     into a newer schema). At head, or with ``"off"``: nothing to do (``False``).
     Behind: ``True`` when the mode upgrades (the caller then runs
     :func:`ensure_schema` in a write transaction), else :class:`SchemaOutOfDateError`.
+
+    Also compiles the hot statements for the connection's dialect (see
+    :func:`memstore._statements.precompile`): opening a store pays that, not the first
+    window or append of a fresh process.
     """
+    _statements.precompile(conn.dialect)
     at = migrate._current(conn)
     migrate.refuse_newer(at)
     if mode == "off" or set(at) == set(migrate.heads()):
@@ -137,13 +142,7 @@ def check_database_exists(url: Any, mode: MigrateMode) -> None:
 
 
 def ensure_schema(conn: Connection, mode: MigrateMode) -> None:
-    """Apply the store's ``migrate`` policy on an open connection (in a write transaction).
-
-    Also compiles the hot statements for the connection's dialect (see
-    :func:`memstore._statements.precompile`), so opening a store pays that, not the
-    first window.
-    """
-    _statements.precompile(conn.dialect)
+    """Apply the store's ``migrate`` policy on an open connection (in a write transaction)."""
     if mode == "off":
         return
     embedded = conn.dialect.name == "sqlite"

@@ -195,3 +195,32 @@ def test_postgres_client_id_lookup_probes_the_unique_index_without_statistics(
         assert "Nested Loop" in plan, plan
         assert "uq_memstore_messages_conversation_id_message_id" in plan, plan
         assert "message_id)::text = (wanted.id)::text" in plan, plan
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_opening_a_store_compiles_the_hot_statements(db_url: str, kind: str,
+                                                           monkeypatch: Any) -> None:
+    """The first window and append of a fresh process run precompiled SQL.
+
+    Also when the schema is already at head and opening takes no write transaction.
+    """
+    from memstore import AsyncMemoryStore, MemoryStore
+    from memstore import _statements as q
+
+    MemoryStore(db_url, migrate="upgrade").close()  # at head from here on
+    monkeypatch.setattr(q, "_COMPILED", {})
+    if kind == "sync":
+        store: Any = MemoryStore(db_url, migrate="check")
+    else:
+        store = AsyncMemoryStore(db_url, migrate="check")
+        await store.setup()
+    try:
+        names = {key[2] for key in q._COMPILED}
+        assert {"conversation", "range", "range_checked", "write:allocate",
+                "write:insert"} <= names, names
+        compiled = len(q._COMPILED)
+        await call(store.append("c", Message.user("hi")))
+        await call(store.window("c", TokenLimitedView(100)))
+        assert len(q._COMPILED) == compiled  # nothing compiled on first use
+    finally:
+        await call(store.close())
