@@ -23,6 +23,10 @@ out of the ratios:
     opening the store (engine + migrations check), the first window; the floor's
     fresh process imports its driver, connects and reads the same window.
 
+Every memstore store here runs with ``durability="normal"`` (WAL, ``synchronous=NORMAL``),
+the setting the SQLite floor runs with: the ratios compare the same durability. The
+default ``durability="full"`` adds an fsync to every commit on both alike.
+
 Run through ``python -m benchmarks --phases tenants,append,turn,cold [--quick]``;
 one worker process per database (``python -m benchmarks.deploy SPEC``).
 """
@@ -37,7 +41,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from benchmarks.checks import check_window
 from benchmarks.measure import stats
@@ -52,6 +56,8 @@ __all__ = ["PHASES", "DeployProfile", "run_deploy", "run_phases"]
 PHASES = ("tenants", "append", "turn", "cold")
 BUDGET = 4_000
 TURN_ID = "turn-main"
+#: The floor's SQLite settings (WAL, ``synchronous=NORMAL``); ignored on PostgreSQL.
+DURABILITY: Final = "normal"
 
 
 @dataclass
@@ -150,7 +156,7 @@ def phase_tenants(db: DbTarget, ctx: Context, prof: DeployProfile, seed: int) ->
     counter = ctx.reference.counter  # type: ignore[attr-defined]
     out: dict[str, Any] = {"conversations": prof.conversations,
                            "per_conversation": prof.per_conversation}
-    loader = MemoryStore(db.url(), counter=counter, migrate="upgrade")
+    loader = MemoryStore(db.url(), counter=counter, migrate="upgrade", durability=DURABILITY)
     floor = _floor(db, ctx)
     t0 = time.perf_counter()
     for i in range(prof.conversations):
@@ -160,8 +166,9 @@ def phase_tenants(db: DbTarget, ctx: Context, prof: DeployProfile, seed: int) ->
     out["load_s"] = time.perf_counter() - t0
     loader.close()
     settle_and_measure(db)
-    cached = MemoryStore(db.url(), counter=counter, migrate="check")
-    nocache = MemoryStore(db.url(), counter=counter, migrate="check", cache_size=0)
+    cached = MemoryStore(db.url(), counter=counter, migrate="check", durability=DURABILITY)
+    nocache = MemoryStore(db.url(), counter=counter, migrate="check", cache_size=0,
+                          durability=DURABILITY)
     view = TokenLimitedView(BUDGET)
     spec = WindowSpec("token_limited", BUDGET)
     pf = floor.prepare("", spec)
@@ -214,7 +221,7 @@ def phase_append(db: DbTarget, ctx: Context, prof: DeployProfile, seed: int) -> 
     from memstore import MemoryStore, Message
 
     counter = ctx.reference.counter  # type: ignore[attr-defined]
-    store = MemoryStore(db.url(), counter=counter, migrate="upgrade")
+    store = MemoryStore(db.url(), counter=counter, migrate="upgrade", durability=DURABILITY)
     floor = _floor(db, ctx)
     n_conv = 50
     for i in range(n_conv):
@@ -266,7 +273,7 @@ def phase_turn(db: DbTarget, ctx: Context, prof: DeployProfile, seed: int) -> di
     from memstore import MemoryStore, Message, TokenLimitedView
 
     counter = ctx.reference.counter  # type: ignore[attr-defined]
-    store = MemoryStore(db.url(), counter=counter, migrate="upgrade")
+    store = MemoryStore(db.url(), counter=counter, migrate="upgrade", durability=DURABILITY)
     floor = _floor(db, ctx)
     msgs = _messages(seed, 40_000, prof.turn_history)
     for start in range(0, len(msgs), 5_000):
@@ -393,7 +400,7 @@ def phase_cold(db: DbTarget, ctx: Context, prof: DeployProfile, seed: int,
     from memstore import ConversationNotFoundError, MemoryStore, Message
 
     counter = ctx.reference.counter  # type: ignore[attr-defined]
-    store = MemoryStore(db.url(), counter=counter, migrate="upgrade")
+    store = MemoryStore(db.url(), counter=counter, migrate="upgrade", durability=DURABILITY)
     try:
         store.get_conversation(TURN_ID)
     except ConversationNotFoundError:

@@ -487,6 +487,8 @@ class Planner:
             raise InvalidInputError(
                 f"extend expects an iterable of messages, not {type(messages).__name__}"
             ) from None
+        if self.cache is not None:
+            self.cache.note(cid)  # the next window's rows are worth caching
         fn = _ops.append_one if one else _ops.append_messages
         direct = _ops.append_direct_one if one else _ops.append_direct
         return Plan(fn, (cid, self.counter.name), write=True,

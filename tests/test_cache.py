@@ -466,3 +466,40 @@ def test_threads_reading_during_rewrites_only_see_committed_states(
     assert readers_store.cache_info().hits > 0
     writer_store.close()
     readers_store.close()
+
+
+def test_a_full_cache_admits_a_conversation_when_it_is_used_again(
+    db_url: str, counter: FixedCounter
+) -> None:
+    """One-off windows over many conversations do not evict the rows in use."""
+    writer = MemoryStore(db_url, counter=counter)
+    for i in range(12):
+        writer.extend(f"c{i}", conversation(30, seed=i))
+    sizes = [writer.get_conversation(f"c{i}").message_count for i in range(12)]
+    store = MemoryStore(db_url, counter=counter, cache_size=sizes[0] + sizes[1])
+    cache = store._plan.cache
+    assert cache is not None
+    view = UnboundedView()
+    store.window("c0", view)
+    store.window("c1", view)  # the cache is full now, by room alone
+    assert cache.get("c0") is not None and cache.get("c1") is not None
+    for i in range(2, 12):  # read once each: remembered, not cached
+        assert store.window(f"c{i}", view) == writer.window(f"c{i}", view)
+        assert cache.get(f"c{i}") is None
+    assert cache.get("c0") is not None and cache.get("c1") is not None
+    # Used again: admitted (evicting the least recently used), then served from it.
+    store.window("c5", view)
+    assert cache.get("c5") is not None
+    before = store.cache_info()
+    again = store.window("c5", view)
+    after = store.cache_info()
+    assert after.misses == before.misses and after.hits - before.hits == sizes[5]
+    assert again == writer.window("c5", view)
+    # A write through the store counts as a use: the next window is cached at once.
+    store.append("c9", Message.user("more"))
+    store.window("c9", view)
+    assert cache.get("c9") is not None
+    store.clear_cache()
+    assert store.cache_info().size == 0 and cache._recent == {}
+    store.close()
+    writer.close()
