@@ -21,7 +21,7 @@ from typing import Any, Literal, TypeVar
 
 from sqlalchemy import Connection, Engine
 
-from memstore import _ops, _statements, migrate
+from memstore import _ops, _rows, _statements, _window, migrate
 from memstore._cache import CacheInfo, RowCache
 from memstore._engine import (
     check_durability,
@@ -95,7 +95,7 @@ def run_without_transaction(conn: Connection, fn: Callable[..., T], args: tuple[
     """Run a read ``fn(conn, *args)`` with no transaction: each statement autocommits.
 
     For reads that validate themselves across statements and raise
-    :class:`memstore._ops.StaleRead` otherwise (the window path). SQLite connections
+    :class:`memstore._window.StaleRead` otherwise (the window path). SQLite connections
     already autocommit until memstore emits ``BEGIN``; a PostgreSQL connection is
     switched to autocommit (a client-side flag, reset when the connection returns to
     the pool), so no ``BEGIN``/``COMMIT`` round trips are made.
@@ -358,10 +358,10 @@ def check_token_count(counter: TokenCounter, tokens: Any) -> int:
     )
 
 
-def prepare(counter: TokenCounter, messages: Iterable[Any]) -> list[_ops.Prepared]:
+def prepare(counter: TokenCounter, messages: Iterable[Any]) -> list[_rows.Prepared]:
     """Validate every message and count its tokens, before any database work."""
     return [
-        _ops.Prepared(m, check_token_count(counter, counter.count_message(m)))
+        _rows.Prepared(m, check_token_count(counter, counter.count_message(m)))
         for m in map(coerce_message, messages)
     ]
 
@@ -409,7 +409,7 @@ class Plan:
             worker thread so the event loop keeps going.
         prepare_items: how many items ``prepare`` handles (the async store's hint).
         optimistic: first try without a transaction (the read validates itself and
-            raises :class:`memstore._ops.StaleRead` when it must be redone in one).
+            raises :class:`memstore._window.StaleRead` when it must be redone in one).
         direct: tried first, with no transaction open, called like ``fn``: it runs
             its own transaction on the DBAPI connection (see
             :func:`memstore._ops.append_direct`) or returns ``None``, untouched, when
@@ -435,7 +435,7 @@ class Plan:
         if self.optimistic:
             try:
                 return run_without_transaction(conn, self.fn, args)
-            except _ops.StaleRead:
+            except _window.StaleRead:
                 pass  # a rewrite landed between two statements: read in one snapshot
         return run_in_transaction(conn, self.fn, args, self.write, self.snapshot)
 
@@ -526,7 +526,7 @@ class Planner:
     def window(self, conversation_id: Any, view: Any) -> Plan:
         cid = check_conversation_id(conversation_id)
         counter = check_view(view).resolve_counter(self.counter)
-        return Plan(_ops.window, (cid, view, counter, self.cache), snapshot=True,
+        return Plan(_window.window, (cid, view, counter, self.cache), snapshot=True,
                     optimistic=True)
 
     # destructive

@@ -20,7 +20,7 @@ What memstore cannot see: an UPDATE or DELETE run on its tables by hand, outside
 memstore, that leaves ``epoch`` alone. Such a change must also set
 ``memstore_conversations.epoch`` to a new value (any value it never had), or the
 application must call ``store.clear_cache()``. Epoch 0, the value of conversations
-written before migration 0002, is never trusted (see ``memstore._ops.UNTRUSTED_EPOCH``).
+written before migration 0002, is never trusted (see ``memstore._window.UNTRUSTED_EPOCH``).
 
 Stored summaries are not message rows: they are never cached, and ``summarize``
 leaves the epoch alone (it changes no message). Operations that delete summaries

@@ -3,210 +3,55 @@
 Each function runs inside a transaction its caller opened. ``MemoryStore`` calls
 them directly; ``AsyncMemoryStore`` calls the very same functions through
 ``AsyncConnection.run_sync``. They take and return pydantic models only; rows
-never leave this module.
+never leave this layer (:mod:`memstore._rows` decodes them, :mod:`memstore._window`
+serves a window's reads).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import secrets
-import time
-import uuid
-from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Row
-from sqlalchemy import exc as sa_exc
-from sqlalchemy.util import await_only
 
 from memstore import _statements as q
-from memstore._cache import RowCache
+from memstore._rows import (
+    Prepared,
+    driver_error,
+    message_row,
+    new_message_id,
+    stored_from_row_dict,
+    to_conversation,
+    to_stored,
+    to_summary,
+    utcnow,
+)
+from memstore._window import SQLHistory
 from memstore.errors import (
     ConflictError,
     ConversationNotFoundError,
     InvalidInputError,
     MessageNotFoundError,
 )
-from memstore.history import SourceBase
 from memstore.models import (
     ANCHOR_ROLES,
     Conversation,
     ConversationState,
-    ImagePart,
-    ImageURL,
-    Message,
     StoredMessage,
     StoreStats,
     Summary,
-    TextPart,
-    ToolCall,
     build_trusted,
 )
 from memstore.summary_view import plan_fold
 from memstore.tokens import TokenCounter
 
-__all__ = ["Prepared", "SQLHistory", "StaleRead", "SummaryDraft"]
+__all__ = ["SummaryDraft"]
 
 #: Rows per INSERT batch: bounds statement size and, on asyncio, how long the
 #: event loop runs Python code between two awaits of the driver.
 INSERT_CHUNK = 500
-
-
-#: The epoch of conversations written before migration 0002 (its server default):
-#: nothing guarantees it changed with their rows, so windows trust no cache for them.
-UNTRUSTED_EPOCH = 0
-
-
-class StaleRead(Exception):
-    """A window read outside a transaction saw its conversation change under it.
-
-    Internal: the store reads the window again in one snapshot transaction.
-    """
-
-
-class Prepared(NamedTuple):
-    """A validated message with its token count, computed before the transaction."""
-
-    message: Message
-    token_count: int
-
-
-def new_message_id() -> str:
-    """A store-assigned message id: a time-ordered UUID (version 7, RFC 9562).
-
-    Ids land in the ``UNIQUE(conversation_id, message_id)`` index. Random (version 4)
-    ids would insert at random places in it, so once the index outgrows the database's
-    page cache every append reads a cold page and appends slow down as history grows;
-    time-ordered ids insert at the index's right edge like the seq key does.
-    """
-    ms = time.time_ns() // 1_000_000
-    value = (ms & 0xFFFF_FFFF_FFFF) << 80 | secrets.randbits(80)
-    value = (value & ~(0xF << 76)) | (0x7 << 76)  # version 7
-    value = (value & ~(0x3 << 62)) | (0x2 << 62)  # RFC 9562 variant
-    return str(uuid.UUID(int=value))
-
-
-def utcnow() -> datetime:
-    """The current time, timezone-aware UTC."""
-    return datetime.now(timezone.utc)
-
-
-# ---- rows <-> models ------------------------------------------------------------------
-
-
-def _parts(raw: list[Any]) -> list[Any]:
-    out: list[Any] = []
-    for part in raw:
-        if part.get("type") == "text":
-            out.append(build_trusted(TextPart, {"type": "text", "text": part["text"]}))
-        else:
-            image = part["image_url"]
-            url = build_trusted(ImageURL, {"url": image["url"], "detail": image.get("detail")})
-            out.append(build_trusted(ImagePart, {"type": "image_url", "image_url": url}))
-    return out
-
-
-def to_stored(row: Any) -> StoredMessage:
-    """Build a StoredMessage from a trusted row without re-validating it (hot path).
-
-    ``row`` holds :data:`memstore._statements.MESSAGE_COLUMNS` with Python values
-    (SQLAlchemy-processed, or decoded by :func:`decode_raw`).
-    """
-    (cid, seq, mid, role, text, parts, name, calls, call_id, score, pinned, tokens, counter,
-     created_at, meta) = row
-    content: Any = text if text is not None else (_parts(parts) if parts is not None else None)
-    tool_calls = (
-        [build_trusted(ToolCall, {"id": c["id"], "name": c["name"], "arguments": c["arguments"],
-                           "type": "function"}) for c in calls]
-        if calls is not None else None
-    )
-    return build_trusted(StoredMessage, {
-        "role": role, "content": content, "name": name, "tool_calls": tool_calls,
-        "tool_call_id": call_id, "score": float(score), "pinned": bool(pinned),
-        "metadata": meta if meta is not None else {}, "id": mid,
-        "conversation_id": cid, "seq": int(seq), "created_at": created_at,
-        "token_count": int(tokens), "token_counter": counter,
-    })
-
-
-def _sqlite_time(value: Any) -> datetime:
-    moment = value if isinstance(value, datetime) else datetime.fromisoformat(value)
-    return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment
-
-
-def decode_raw(row: Any, dialect: str) -> StoredMessage:
-    """Build a StoredMessage from a driver row of MESSAGE_COLUMNS (no SQLAlchemy types).
-
-    SQLite returns JSON as text and timestamps as naive UTC text; psycopg returns
-    decoded JSONB and aware timestamps.
-    """
-    if dialect == "sqlite":
-        values = list(row)
-        for i in (5, 7, 14):  # content_parts, tool_calls, metadata
-            if values[i] is not None:
-                values[i] = json.loads(values[i])
-        values[13] = _sqlite_time(values[13])
-        return to_stored(values)
-    created_at = row[13]
-    if created_at.tzinfo is None:
-        row = (*row[:13], created_at.replace(tzinfo=timezone.utc), row[14])
-    elif created_at.utcoffset():
-        row = (*row[:13], created_at.astimezone(timezone.utc), row[14])
-    return to_stored(row)
-
-
-def _message_row(
-    cid: str, seq: int, p: Prepared, mid: str, counter: str, now: datetime
-) -> dict[str, Any]:
-    m = p.message
-    content = m.content
-    return {
-        "conversation_id": cid,
-        "seq": seq,
-        "message_id": mid,
-        "role": m.role,
-        "content_text": content if isinstance(content, str) else None,
-        "content_parts": (
-            [part.model_dump(exclude_none=True) for part in content]
-            if isinstance(content, list) else None
-        ),
-        "name": m.name,
-        "tool_calls": (
-            [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.tool_calls]
-            if m.tool_calls else None
-        ),
-        "tool_call_id": m.tool_call_id,
-        "score": m.score,
-        "pinned": m.pinned,
-        "anchored": m.pinned or m.role in ANCHOR_ROLES,
-        "token_count": p.token_count,
-        "token_counter": counter,
-        "created_at": now,
-        # Empty metadata is stored as NULL: no JSON to decode when reading it back.
-        "metadata": dict(m.metadata) or None,
-    }
-
-
-def _stored_from_row_dict(row: Mapping[str, Any], message: Message) -> StoredMessage:
-    values = {name: getattr(message, name) for name in Message.model_fields}
-    values.update(
-        id=row["message_id"], conversation_id=row["conversation_id"], seq=row["seq"],
-        created_at=row["created_at"], token_count=row["token_count"],
-        token_counter=row["token_counter"],
-    )
-    return build_trusted(StoredMessage, values)
-
-
-def _to_conversation(row: Row[Any]) -> Conversation:
-    m = row._mapping
-    return build_trusted(Conversation, {
-        "id": m["id"], "created_at": m["created_at"], "updated_at": m["updated_at"],
-        "metadata": m["metadata"] if m["metadata"] is not None else {},
-        "message_count": int(m["last_seq"]) - int(m["first_seq"]) + 1,
-        "token_count": int(m["token_count"]),
-    })
 
 
 # ---- conversations --------------------------------------------------------------------
@@ -231,17 +76,17 @@ def create_conversation(
         "first_seq": 1, "last_seq": 0, "token_count": 0, "max_score": 1.0,
         "epoch": q.new_epoch(),
     }))
-    return _to_conversation(_conversation_row(conn, cid))
+    return to_conversation(_conversation_row(conn, cid))
 
 
 def get_conversation(conn: Connection, cid: str) -> Conversation:
     """One conversation."""
-    return _to_conversation(_conversation_row(conn, cid))
+    return to_conversation(_conversation_row(conn, cid))
 
 
 def list_conversations(conn: Connection, limit: int, after: str | None) -> list[Conversation]:
     """Conversations ordered by id, after ``after``."""
-    return [_to_conversation(r) for r in conn.execute(q.list_conversations(limit, after))]
+    return [to_conversation(r) for r in conn.execute(q.list_conversations(limit, after))]
 
 
 #: Messages deleted per DELETE statement when a whole conversation goes (one transaction):
@@ -335,10 +180,10 @@ def append_messages(
             for offset, i in enumerate(chunk, start=start):
                 p = batch[i]
                 mid = p.message.id if p.message.id is not None else new_message_id()
-                rows.append(_message_row(cid, first_seq + offset, p, mid, counter, now))
+                rows.append(message_row(cid, first_seq + offset, p, mid, counter, now))
             conn.execute(insert, rows)
             for i, row in zip(chunk, rows):
-                results[i] = _stored_from_row_dict(row, batch[i].message)
+                results[i] = stored_from_row_dict(row, batch[i].message)
     for i, j in repeats.items():
         results[i] = results[j]
     return [r for r in results if r is not None]
@@ -421,7 +266,7 @@ def _append_one_postgresql(
 ) -> StoredMessage:
     compiled = q.hot_write(conn.dialect, "append_one")
     now = utcnow()
-    row = _message_row(cid, 0, p, new_message_id(), counter, now)
+    row = message_row(cid, 0, p, new_message_id(), counter, now)
     params = compiled.params({**_allocation(cid, now, [p]), **row})
     conn.execution_options(isolation_level="AUTOCOMMIT")
     dbapi = conn.connection.dbapi_connection
@@ -434,8 +279,8 @@ def _append_one_postgresql(
         finally:
             cursor.close()
     except conn.dialect.loaded_dbapi.Error as exc:
-        raise _driver_error(conn, exc, compiled.sql, params) from exc
-    return _stored_from_row_dict(row, p.message)
+        raise driver_error(conn, exc, compiled.sql, params) from exc
+    return stored_from_row_dict(row, p.message)
 
 
 def _append_batch(
@@ -450,7 +295,7 @@ def _append_batch(
     allocate = q.hot_write(conn.dialect, "allocate")
     insert = q.hot_write(conn.dialect, "insert")
     now = utcnow()
-    rows = [_message_row(cid, 0, p, new_message_id(), counter, now) for p in batch]
+    rows = [message_row(cid, 0, p, new_message_id(), counter, now) for p in batch]
     dbapi = conn.connection.dbapi_connection
     assert dbapi is not None
     statement, params = "BEGIN IMMEDIATE", None
@@ -484,10 +329,10 @@ def _append_batch(
                     dbapi.rollback()
             raise
     except conn.dialect.loaded_dbapi.Error as exc:
-        raise _driver_error(conn, exc, statement, params) from exc
+        raise driver_error(conn, exc, statement, params) from exc
     finally:
         cursor.close()
-    return [_stored_from_row_dict(row, p.message) for row, p in zip(rows, batch)]
+    return [stored_from_row_dict(row, p.message) for row, p in zip(rows, batch)]
 
 
 def set_score(conn: Connection, cid: str, seq: int, score: float) -> StoredMessage:
@@ -610,256 +455,6 @@ def stats(conn: Connection) -> StoreStats:
                       schema_revision=revision)
 
 
-def _driver_error(conn: Connection, exc: Exception, statement: str, params: Any) -> Exception:
-    """What SQLAlchemy does with a driver error, for statements run on the DBAPI cursor.
-
-    Wraps it in the matching :class:`sqlalchemy.exc.DBAPIError` (which
-    :func:`memstore.errors.translate_db_errors` turns into a memstore error) and, when
-    the error means the connection is gone, invalidates it so the pool does not hand
-    it out again.
-    """
-    dbapi_connection = conn.connection.dbapi_connection
-    gone = conn.dialect.is_disconnect(exc, dbapi_connection, None)  # type: ignore[arg-type]
-    if gone:
-        # As SQLAlchemy does for its own statements: a lost connection usually means the
-        # server restarted, so every pooled connection made before now is stale too.
-        conn.engine.pool._invalidate(conn.connection, exc)
-        conn.invalidate(exc)
-    return sa_exc.DBAPIError.instance(
-        statement, params, exc, conn.dialect.loaded_dbapi.Error,
-        connection_invalidated=gone, dialect=conn.dialect,
-    )
-
-
-class SQLHistory(SourceBase):
-    """:class:`memstore.history.HistorySource` over one conversation's rows.
-
-    Every read is an indexed range on ``(conversation_id, seq)``; anchored messages
-    come through the partial index, with the conversation row. The statements are
-    precompiled per dialect (see :func:`memstore._statements.hot`) and run on the
-    DBAPI cursor.
-
-    With a :class:`~memstore._cache.RowCache`, rows decoded by earlier windows of the
-    same conversation are reused while the conversation's epoch is unchanged (see
-    :mod:`memstore._cache`): only missing seqs are read from the database, and
-    :meth:`remember` stores what this window decoded. ``rows_read`` counts the rows
-    returned to the view, ``rows_cached`` those of them that came from the cache.
-
-    **Reads without a transaction.** On a connection with no transaction open, each
-    statement is its own snapshot. The first one reads the conversation row (seq
-    range, epoch) and its anchored messages; every later range read carries the
-    condition "the epoch is still the one read first". Rows of ``[first_seq,
-    last_seq]`` change only together with the epoch, so while it holds each range
-    returns exactly the rows that snapshot held; if it changed in between, the range
-    comes back short and :class:`StaleRead` makes the store read again in one
-    snapshot transaction. A warm window thus costs one statement and no ``BEGIN``
-    or ``COMMIT``: one round trip on PostgreSQL instead of three.
-    """
-
-    def __init__(self, conn: Connection, cid: str, cache: RowCache | None = None) -> None:
-        self._conn = conn
-        self._dialect = conn.dialect
-        # The DBAPI connection (for asyncio drivers, SQLAlchemy's sync adapter of it).
-        dbapi = conn.connection.dbapi_connection
-        assert dbapi is not None  # a checked-out, open connection
-        self._dbapi = dbapi
-        self._aiosqlite = (
-            conn.connection.driver_connection if conn.dialect.driver == "aiosqlite" else None
-        )
-        self._decode = "sqlite" if conn.dialect.name == "sqlite" else "postgresql"
-        self._checked = not conn.in_transaction()
-        if self._checked and getattr(conn.connection.driver_connection, "in_transaction", False):
-            # A connection shared with an open write (SQLite ``:memory:`` shares one
-            # connection): reading without BEGIN would see uncommitted rows. Take the
-            # snapshot path, which refuses to start inside another transaction.
-            raise StaleRead(cid)
-        # One statement: the conversation's bookkeeping and its anchored messages.
-        rows = self._execute("conversation", {"cid": cid})
-        if not rows:
-            raise ConversationNotFoundError(cid)
-        head = rows[0]
-        self._cid: str = cid
-        self._first = int(head[0])
-        self._last = int(head[1])
-        self._max_score = float(head[2])
-        self._token_total = int(head[3])
-        self._epoch = int(head[4])
-        if self._epoch == UNTRUSTED_EPOCH:
-            # Written before migration 0002 (or by a process that predates it): writes
-            # may have changed rows without a new epoch. No cache, one snapshot.
-            if self._checked:
-                raise StaleRead(cid)
-            cache = None
-        self._cache = cache
-        entry = cache.get(cid) if cache is not None else None
-        if entry is not None and entry.epoch != self._epoch:
-            assert cache is not None
-            cache.discard(cid)  # rewritten since: nothing in it can be used again
-            entry = None
-        # Seq -> decoded row. Shared with the cache (never mutated) until this window
-        # decodes a row of its own; then it is copied once.
-        self._known: dict[int, StoredMessage] = entry.rows if entry is not None else {}
-        self._shared = entry is not None
-        self._decoded = 0
-        self._anchored: list[StoredMessage] = []
-        for r in rows:
-            if r[5] is None:  # the outer join's row when nothing is anchored
-                continue
-            message = self._known.get(int(r[6]))
-            if message is None:
-                message = decode_raw(r[5:], self._decode)
-                self._add(message)
-            self._anchored.append(message)
-        self._anchored_cached = len(self._anchored) - self._decoded
-        self._newest: datetime | None = None
-        self._newest_loaded = False
-        self.rows_read = 0
-        self.rows_cached = 0
-        self._summary: Summary | None = None
-        self._summary_read = False
-
-    def _execute(self, name: str, values: dict[str, Any]) -> Sequence[Any]:
-        """Run a precompiled hot statement on the DBAPI cursor; all its rows.
-
-        Inside the caller's transaction if one is open, else autocommitting. Going
-        around SQLAlchemy's result objects matters here: for textual SQL they build
-        column metadata on every execution, which costs more than the query.
-        """
-        compiled = q.hot(self._dialect, name)
-        params = compiled.params(values)
-        try:
-            if self._aiosqlite is not None:
-                # aiosqlite runs each driver call in its own thread, and SQLAlchemy's
-                # cursor adapter makes four calls per statement; execute_fetchall one.
-                rows: Sequence[Any] = await_only(
-                    self._aiosqlite.execute_fetchall(compiled.sql, params)
-                )
-                return rows
-            cursor = self._dbapi.cursor()
-            try:
-                cursor.execute(compiled.sql, params)
-                return cursor.fetchall()
-            finally:
-                cursor.close()
-        except self._dialect.loaded_dbapi.Error as exc:
-            raise _driver_error(self._conn, exc, compiled.sql, params) from exc
-
-    @property
-    def epoch(self) -> int:
-        """The conversation's epoch, as read with its row."""
-        return self._epoch
-
-    def latest_summary(self) -> Summary | None:
-        """The newest stored summary ending at or before ``last_seq`` (one indexed read).
-
-        Outside a transaction the read carries the epoch check of the range reads: a
-        conversation rewritten since its row was read raises :class:`StaleRead`.
-        Summaries stored after that row was read are used when their range lies
-        within the snapshot's messages (they summarize exactly those rows).
-        """
-        if not self._summary_read:
-            rows = self._execute("latest_summary",
-                                 {"cid": self._cid, "last": self._last, "epoch": self._epoch})
-            if not rows:
-                raise StaleRead(self._cid)
-            row = rows[0]
-            self._summary = None if row[0] is None else to_summary((self._cid, *row))
-            self._summary_read = True
-        return self._summary
-
-    def _add(self, message: StoredMessage) -> None:
-        if self._shared:
-            self._known = dict(self._known)
-            self._shared = False
-        self._known[message.seq] = message
-        self._decoded += 1
-
-    def _fetch(self, start: int, stop: int) -> None:
-        """Read and decode ``[start, stop)`` (inside the stored range) into the known rows."""
-        if self._checked:
-            rows = self._execute("range_checked", {
-                "cid": self._cid, "start": start, "stop": stop, "epoch": self._epoch,
-            })
-            if len(rows) != stop - start:
-                raise StaleRead(self._cid)
-        else:
-            rows = self._execute("range", {"cid": self._cid, "start": start, "stop": stop})
-        for r in rows:
-            self._add(decode_raw(r, self._decode))
-
-    def _range(self, start: int, stop: int) -> list[StoredMessage]:
-        """Messages in ``[start, stop)`` (clipped to the stored range), chronological."""
-        start = max(start, self._first)
-        stop = min(stop, self._last + 1)
-        if stop <= start:
-            return []
-        decoded_before = self._decoded
-        known = self._known
-        missing_from = None
-        for seq in range(start, stop + 1):  # one past the end closes a trailing run
-            if seq < stop and seq not in known:
-                if missing_from is None:
-                    missing_from = seq
-            elif missing_from is not None:
-                self._fetch(missing_from, seq)
-                missing_from = None
-        known = self._known
-        out = [m for seq in range(start, stop) if (m := known.get(seq)) is not None]
-        self.rows_read += len(out)
-        self.rows_cached += len(out) - (self._decoded - decoded_before)
-        return out
-
-    @property
-    def newest_created_at(self) -> datetime | None:
-        """``created_at`` of the newest message (one indexed lookup, on first use)."""
-        if not self._newest_loaded:
-            self._newest_loaded = True
-            if self._last >= self._first:
-                rows = self.read(self._last, self._last + 1)
-                self._newest = rows[0].created_at if rows else None
-        return self._newest
-
-    def anchored(self) -> list[StoredMessage]:
-        """Anchored messages, chronological (read with the conversation row)."""
-        self.rows_read += len(self._anchored)
-        self.rows_cached += self._anchored_cached
-        return list(self._anchored)
-
-    def read(self, start: int, stop: int) -> list[StoredMessage]:
-        """Messages in ``[start, stop)``, chronological."""
-        return self._range(start, stop)
-
-    def read_newest_first(self, before: int, limit: int) -> list[StoredMessage]:
-        """Up to ``limit`` messages older than ``before``, newest first."""
-        if limit <= 0:
-            return []
-        before = min(before, self._last + 1)
-        page = self._range(max(self._first, before - limit), before)
-        page.reverse()
-        return page
-
-    def remember(self) -> None:
-        """Store the rows this window decoded in the cache (a no-op without one)."""
-        if self._cache is None:
-            return
-        self._cache.record(self.rows_cached, self.rows_read - self.rows_cached)
-        if self._decoded:
-            self._cache.put(self._cid, self._epoch, self._known)
-
-
-def window(conn: Connection, cid: str, view: Any, counter: Any,
-           cache: RowCache | None = None) -> Any:
-    """Select a window through ``view`` (pure) over this conversation's rows.
-
-    Runs in a read transaction, or with none (see :class:`SQLHistory`); never in a
-    write transaction, so the rows it caches are committed ones.
-    """
-    source = SQLHistory(conn, cid, cache)
-    result = view.select(source, counter)
-    source.remember()
-    return result
-
-
 # ---- state ----------------------------------------------------------------------------
 
 
@@ -870,7 +465,7 @@ def save_state(
     conv = _conversation_row(conn, cid)
     msgs = [to_stored(r) for r in conn.execute(q.messages_range(cid))]
     return ConversationState(
-        conversation=_to_conversation(conv), messages=msgs, view=view_config,
+        conversation=to_conversation(conv), messages=msgs, view=view_config,
         summaries=list_summaries(conn, cid),
     )
 
@@ -910,7 +505,7 @@ def load_state(
         seqs = [m.seq for m in src]
     else:
         if not src:
-            return _to_conversation(existing)
+            return to_conversation(existing)
         top = max([1.0, *(m.score for m in src)])
         last = conn.execute(*q.allocate_seqs(
             dialect, cid, utcnow(), len(src), sum(m.token_count for m in src), top
@@ -918,14 +513,14 @@ def load_state(
         seqs = list(range(int(last) - len(src) + 1, int(last) + 1))
     rows = []
     for m, seq in zip(src, seqs):
-        row = _message_row(cid, seq, Prepared(m, m.token_count), m.id, m.token_counter,
+        row = message_row(cid, seq, Prepared(m, m.token_count), m.id, m.token_counter,
                            m.created_at)
         rows.append(row)
     for start in range(0, len(rows), INSERT_CHUNK):
         conn.execute(q.insert_messages(), rows[start:start + INSERT_CHUNK])
     if existing is None or replace:
         write_state_summaries(conn, cid, state.summaries)
-    return _to_conversation(_conversation_row(conn, cid))
+    return to_conversation(_conversation_row(conn, cid))
 
 
 def first_seq_without_messages(summaries: Sequence[Summary]) -> int:
@@ -969,7 +564,7 @@ def read_page(
     """
     conversation = None
     if after is None:
-        conversation = _to_conversation(_conversation_row(conn, cid))
+        conversation = to_conversation(_conversation_row(conn, cid))
         if summaries is not None:
             summaries.extend(list_summaries(conn, cid))
         low = start
@@ -1113,7 +708,7 @@ class Loader:
             seqs = list(range(last - len(batch) + 1, last + 1))
             self.aligned = self.aligned and seqs == [m.seq for m in batch]
         rows = [
-            _message_row(self.cid, seq, Prepared(m, n), m.id, name, m.created_at)
+            message_row(self.cid, seq, Prepared(m, n), m.id, name, m.created_at)
             for m, seq, (n, name) in zip(batch, seqs, counted)
         ]
         for start in range(0, len(rows), INSERT_CHUNK):
@@ -1158,7 +753,7 @@ class Loader:
                 token_count=self._tokens, max_score=self._top, epoch=q.new_epoch(),
             ))
             write_state_summaries(self.conn, self.cid, summaries)
-        return _to_conversation(_conversation_row(self.conn, self.cid))
+        return to_conversation(_conversation_row(self.conn, self.cid))
 
 
 def merge_summaries(
@@ -1253,22 +848,6 @@ def _summary_row(summary: Summary) -> dict[str, Any]:
         "token_count": summary.token_count, "token_counter": summary.token_counter,
         "created_at": summary.created_at,
     }
-
-
-def to_summary(row: Sequence[Any]) -> Summary:
-    """Build a Summary from a trusted row of :data:`memstore._statements.SUMMARY_COLUMNS`."""
-    cid, number, first, last, text, tokens, counter, created_at = row
-    if not isinstance(created_at, datetime):  # SQLite through the DBAPI cursor
-        created_at = _sqlite_time(created_at)
-    elif created_at.tzinfo is None:
-        created_at = created_at.replace(tzinfo=timezone.utc)
-    elif created_at.utcoffset():
-        created_at = created_at.astimezone(timezone.utc)
-    return build_trusted(Summary, {
-        "conversation_id": cid, "number": int(number), "first_seq": int(first),
-        "last_seq": int(last), "text": text, "token_count": int(tokens),
-        "token_counter": counter, "created_at": created_at,
-    })
 
 
 def list_summaries(conn: Connection, cid: str) -> list[Summary]:

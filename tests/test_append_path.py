@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
-from memstore import TokenLimitedView, _ops
+from memstore import TokenLimitedView, _ops, _window
 from memstore.errors import ConflictError
 from memstore.models import ImagePart, ImageURL, Message, TextPart, ToolCall
 from tests.helpers import call
@@ -123,7 +123,7 @@ async def test_direct_append_creates_the_conversation_with_an_epoch(store: Any) 
             return int(conn.execute(stmt).scalar_one())
 
     e = await epoch()
-    assert e != _ops.UNTRUSTED_EPOCH
+    assert e != _window.UNTRUSTED_EPOCH
     await call(store.append("new", Message.user("again")))
     assert await epoch() == e  # appends keep the epoch (cached rows stay valid)
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
-from memstore import _ops
+from memstore import _window
 from memstore._cache import RowCache
 from memstore.aio import AsyncMemoryStore
 from memstore.errors import ConfigurationError, ConversationNotFoundError
@@ -282,7 +282,7 @@ async def test_a_rewrite_between_two_statements_makes_the_window_read_again_in_a
     # checks the epoch. Force a rewrite right between the two statements.
     cached, plain = pair
     plain.extend("c", conversation(40))
-    real_execute = _ops.SQLHistory._execute
+    real_execute = _window.SQLHistory._execute
     calls: list[tuple[str, bool]] = []
 
     def execute(self: Any, name: str, values: dict[str, Any]) -> Any:
@@ -297,7 +297,7 @@ async def test_a_rewrite_between_two_statements_makes_the_window_read_again_in_a
         return real_execute(self, name, values)
 
     reading: Any = cached if reader == "sync" else AsyncMemoryStore(db_url, counter=counter)
-    _ops.SQLHistory._execute = execute  # type: ignore[method-assign]
+    _window.SQLHistory._execute = execute  # type: ignore[method-assign]
     try:
         if change == "delete":
             with pytest.raises(ConversationNotFoundError):
@@ -305,7 +305,7 @@ async def test_a_rewrite_between_two_statements_makes_the_window_read_again_in_a
         else:
             window = await call(reading.window("c", UnboundedView()))
     finally:
-        _ops.SQLHistory._execute = real_execute  # type: ignore[method-assign]
+        _window.SQLHistory._execute = real_execute  # type: ignore[method-assign]
         if reader == "async":
             await reading.close()
     # First attempt without a transaction, then again in one snapshot (plain ranges).

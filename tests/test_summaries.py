@@ -667,13 +667,13 @@ async def test_a_change_between_the_window_statements_is_never_half_seen(
 ) -> None:
     """A summary view reads its row, then the summary, then the tail: a write in between
     either leaves what it read valid or makes it read again in one snapshot."""
-    from memstore import _ops
+    from memstore import _window
 
     writer = MemoryStore(db_url, counter=counter)
     writer.extend("c", [Message.system("sys"), *turns(10)])
     writer.summarize("c", lambda ms: "first", keep_tokens=0)  # covers 2..21
     writer.extend("c", turns(3, start=10))  # 22..27
-    real_execute = _ops.SQLHistory._execute
+    real_execute = _window.SQLHistory._execute
     calls: list[tuple[str, bool]] = []
 
     def execute(self: Any, name: str, values: dict[str, Any]) -> Any:
@@ -688,7 +688,7 @@ async def test_a_change_between_the_window_statements_is_never_half_seen(
                 writer.extend("c", turns(2))
         return real_execute(self, name, values)
 
-    monkeypatch.setattr(_ops.SQLHistory, "_execute", execute)
+    monkeypatch.setattr(_window.SQLHistory, "_execute", execute)
     view = SummaryView(token_limit=200)
     store: Any = (MemoryStore(db_url, counter=counter) if reader == "sync"
                   else AsyncMemoryStore(db_url, counter=counter))

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from memstore import _ops, _statements
+from memstore import _rows, _statements, _window
 from memstore.errors import ContextBudgetError
 from memstore.models import ConversationState, Message, ToolCall
 from memstore.store import MemoryStore
@@ -151,7 +151,7 @@ def test_window_reads_grow_with_the_window_not_the_history(db_url: str) -> None:
         store.extend(f"other-{i}", conversation(50, seed=i))
 
     statements: list[tuple[str, Any]] = []
-    real_execute = _ops.SQLHistory._execute
+    real_execute = _window.SQLHistory._execute
 
     def record(self: Any, name: str, values: dict[str, Any]) -> Any:
         # The window path runs precompiled SQL on the DBAPI cursor (no engine events).
@@ -159,7 +159,7 @@ def test_window_reads_grow_with_the_window_not_the_history(db_url: str) -> None:
         return real_execute(self, name, values)
 
     rows = {"n": 0}
-    real = _ops.to_stored
+    real = _rows.to_stored
 
     def counting(row: Any) -> Any:
         rows["n"] += 1
@@ -170,13 +170,13 @@ def test_window_reads_grow_with_the_window_not_the_history(db_url: str) -> None:
         for cid in ("short", "long"):
             statements.clear()
             rows["n"] = 0
-            _ops.SQLHistory._execute = record  # type: ignore[method-assign]
-            _ops.to_stored = counting  # type: ignore[assignment]
+            _window.SQLHistory._execute = record  # type: ignore[method-assign]
+            _rows.to_stored = counting  # type: ignore[assignment]
             try:
                 window = store.window(cid, view)
             finally:
-                _ops.to_stored = real  # type: ignore[assignment]
-                _ops.SQLHistory._execute = real_execute  # type: ignore[method-assign]
+                _rows.to_stored = real  # type: ignore[assignment]
+                _window.SQLHistory._execute = real_execute  # type: ignore[method-assign]
             results[cid] = (len(window.messages), rows["n"], len(statements))
             # a row the view reads twice (ScoreBasedView's newest) is decoded once
             assert window.report.rows_read - 1 <= rows["n"] <= window.report.rows_read

@@ -1,0 +1,228 @@
+"""Rows and models: decoding driver rows, building insert rows, driver errors.
+
+The bottom of the database layer, shared by :mod:`memstore._ops` (every operation)
+and :mod:`memstore._window` (the window's read path). Rows never leave these modules;
+callers get pydantic models.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any, NamedTuple
+
+from sqlalchemy import Connection, Row
+from sqlalchemy import exc as sa_exc
+
+from memstore.models import (
+    ANCHOR_ROLES,
+    Conversation,
+    ImagePart,
+    ImageURL,
+    Message,
+    StoredMessage,
+    Summary,
+    TextPart,
+    ToolCall,
+    build_trusted,
+)
+
+__all__ = [
+    "Prepared",
+    "decode_raw",
+    "driver_error",
+    "message_row",
+    "new_message_id",
+    "sqlite_time",
+    "stored_from_row_dict",
+    "to_conversation",
+    "to_stored",
+    "to_summary",
+    "utcnow",
+]
+
+
+class Prepared(NamedTuple):
+    """A validated message with its token count, computed before the transaction."""
+
+    message: Message
+    token_count: int
+
+
+def new_message_id() -> str:
+    """A store-assigned message id: a time-ordered UUID (version 7, RFC 9562).
+
+    Ids land in the ``UNIQUE(conversation_id, message_id)`` index. Random (version 4)
+    ids would insert at random places in it, so once the index outgrows the database's
+    page cache every append reads a cold page and appends slow down as history grows;
+    time-ordered ids insert at the index's right edge like the seq key does.
+    """
+    ms = time.time_ns() // 1_000_000
+    value = (ms & 0xFFFF_FFFF_FFFF) << 80 | secrets.randbits(80)
+    value = (value & ~(0xF << 76)) | (0x7 << 76)  # version 7
+    value = (value & ~(0x3 << 62)) | (0x2 << 62)  # RFC 9562 variant
+    return str(uuid.UUID(int=value))
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware UTC."""
+    return datetime.now(timezone.utc)
+
+
+# ---- rows <-> models ------------------------------------------------------------------
+
+
+def _parts(raw: list[Any]) -> list[Any]:
+    out: list[Any] = []
+    for part in raw:
+        if part.get("type") == "text":
+            out.append(build_trusted(TextPart, {"type": "text", "text": part["text"]}))
+        else:
+            image = part["image_url"]
+            url = build_trusted(ImageURL, {"url": image["url"], "detail": image.get("detail")})
+            out.append(build_trusted(ImagePart, {"type": "image_url", "image_url": url}))
+    return out
+
+
+def to_stored(row: Any) -> StoredMessage:
+    """Build a StoredMessage from a trusted row without re-validating it (hot path).
+
+    ``row`` holds :data:`memstore._statements.MESSAGE_COLUMNS` with Python values
+    (SQLAlchemy-processed, or decoded by :func:`decode_raw`).
+    """
+    (cid, seq, mid, role, text, parts, name, calls, call_id, score, pinned, tokens, counter,
+     created_at, meta) = row
+    content: Any = text if text is not None else (_parts(parts) if parts is not None else None)
+    tool_calls = (
+        [build_trusted(ToolCall, {"id": c["id"], "name": c["name"], "arguments": c["arguments"],
+                           "type": "function"}) for c in calls]
+        if calls is not None else None
+    )
+    return build_trusted(StoredMessage, {
+        "role": role, "content": content, "name": name, "tool_calls": tool_calls,
+        "tool_call_id": call_id, "score": float(score), "pinned": bool(pinned),
+        "metadata": meta if meta is not None else {}, "id": mid,
+        "conversation_id": cid, "seq": int(seq), "created_at": created_at,
+        "token_count": int(tokens), "token_counter": counter,
+    })
+
+
+def sqlite_time(value: Any) -> datetime:
+    moment = value if isinstance(value, datetime) else datetime.fromisoformat(value)
+    return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment
+
+
+def decode_raw(row: Any, dialect: str) -> StoredMessage:
+    """Build a StoredMessage from a driver row of MESSAGE_COLUMNS (no SQLAlchemy types).
+
+    SQLite returns JSON as text and timestamps as naive UTC text; psycopg returns
+    decoded JSONB and aware timestamps.
+    """
+    if dialect == "sqlite":
+        values = list(row)
+        for i in (5, 7, 14):  # content_parts, tool_calls, metadata
+            if values[i] is not None:
+                values[i] = json.loads(values[i])
+        values[13] = sqlite_time(values[13])
+        return to_stored(values)
+    created_at = row[13]
+    if created_at.tzinfo is None:
+        row = (*row[:13], created_at.replace(tzinfo=timezone.utc), row[14])
+    elif created_at.utcoffset():
+        row = (*row[:13], created_at.astimezone(timezone.utc), row[14])
+    return to_stored(row)
+
+
+def message_row(
+    cid: str, seq: int, p: Prepared, mid: str, counter: str, now: datetime
+) -> dict[str, Any]:
+    m = p.message
+    content = m.content
+    return {
+        "conversation_id": cid,
+        "seq": seq,
+        "message_id": mid,
+        "role": m.role,
+        "content_text": content if isinstance(content, str) else None,
+        "content_parts": (
+            [part.model_dump(exclude_none=True) for part in content]
+            if isinstance(content, list) else None
+        ),
+        "name": m.name,
+        "tool_calls": (
+            [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.tool_calls]
+            if m.tool_calls else None
+        ),
+        "tool_call_id": m.tool_call_id,
+        "score": m.score,
+        "pinned": m.pinned,
+        "anchored": m.pinned or m.role in ANCHOR_ROLES,
+        "token_count": p.token_count,
+        "token_counter": counter,
+        "created_at": now,
+        # Empty metadata is stored as NULL: no JSON to decode when reading it back.
+        "metadata": dict(m.metadata) or None,
+    }
+
+
+def stored_from_row_dict(row: Mapping[str, Any], message: Message) -> StoredMessage:
+    values = {name: getattr(message, name) for name in Message.model_fields}
+    values.update(
+        id=row["message_id"], conversation_id=row["conversation_id"], seq=row["seq"],
+        created_at=row["created_at"], token_count=row["token_count"],
+        token_counter=row["token_counter"],
+    )
+    return build_trusted(StoredMessage, values)
+
+
+def to_conversation(row: Row[Any]) -> Conversation:
+    m = row._mapping
+    return build_trusted(Conversation, {
+        "id": m["id"], "created_at": m["created_at"], "updated_at": m["updated_at"],
+        "metadata": m["metadata"] if m["metadata"] is not None else {},
+        "message_count": int(m["last_seq"]) - int(m["first_seq"]) + 1,
+        "token_count": int(m["token_count"]),
+    })
+
+
+
+def driver_error(conn: Connection, exc: Exception, statement: str, params: Any) -> Exception:
+    """What SQLAlchemy does with a driver error, for statements run on the DBAPI cursor.
+
+    Wraps it in the matching :class:`sqlalchemy.exc.DBAPIError` (which
+    :func:`memstore.errors.translate_db_errors` turns into a memstore error) and, when
+    the error means the connection is gone, invalidates it so the pool does not hand
+    it out again.
+    """
+    dbapi_connection = conn.connection.dbapi_connection
+    gone = conn.dialect.is_disconnect(exc, dbapi_connection, None)  # type: ignore[arg-type]
+    if gone:
+        # As SQLAlchemy does for its own statements: a lost connection usually means the
+        # server restarted, so every pooled connection made before now is stale too.
+        conn.engine.pool._invalidate(conn.connection, exc)
+        conn.invalidate(exc)
+    return sa_exc.DBAPIError.instance(
+        statement, params, exc, conn.dialect.loaded_dbapi.Error,
+        connection_invalidated=gone, dialect=conn.dialect,
+    )
+
+
+
+def to_summary(row: Sequence[Any]) -> Summary:
+    """Build a Summary from a trusted row of :data:`memstore._statements.SUMMARY_COLUMNS`."""
+    cid, number, first, last, text, tokens, counter, created_at = row
+    if not isinstance(created_at, datetime):  # SQLite through the DBAPI cursor
+        created_at = sqlite_time(created_at)
+    elif created_at.tzinfo is None:
+        created_at = created_at.replace(tzinfo=timezone.utc)
+    elif created_at.utcoffset():
+        created_at = created_at.astimezone(timezone.utc)
+    return build_trusted(Summary, {
+        "conversation_id": cid, "number": int(number), "first_seq": int(first),
+        "last_seq": int(last), "text": text, "token_count": int(tokens),
+        "token_counter": counter, "created_at": created_at,
+    })

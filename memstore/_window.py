@@ -1,0 +1,264 @@
+"""The window's read path: one conversation's rows as a :class:`HistorySource`.
+
+:class:`SQLHistory` serves a view's reads from precompiled statements on the DBAPI
+cursor, with the row cache (:mod:`memstore._cache`); :func:`window` runs a view over it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection
+from sqlalchemy.util import await_only
+
+from memstore import _statements as q
+from memstore._cache import RowCache
+from memstore._rows import decode_raw, driver_error, to_summary
+from memstore.errors import ConversationNotFoundError
+from memstore.history import SourceBase
+from memstore.models import StoredMessage, Summary
+
+__all__ = ["UNTRUSTED_EPOCH", "SQLHistory", "StaleRead", "window"]
+
+
+#: The epoch of conversations written before migration 0002 (its server default):
+#: nothing guarantees it changed with their rows, so windows trust no cache for them.
+UNTRUSTED_EPOCH = 0
+
+
+class StaleRead(Exception):
+    """A window read outside a transaction saw its conversation change under it.
+
+    Internal: the store reads the window again in one snapshot transaction.
+    """
+
+
+class SQLHistory(SourceBase):
+    """:class:`memstore.history.HistorySource` over one conversation's rows.
+
+    Every read is an indexed range on ``(conversation_id, seq)``; anchored messages
+    come through the partial index, with the conversation row. The statements are
+    precompiled per dialect (see :func:`memstore._statements.hot`) and run on the
+    DBAPI cursor.
+
+    With a :class:`~memstore._cache.RowCache`, rows decoded by earlier windows of the
+    same conversation are reused while the conversation's epoch is unchanged (see
+    :mod:`memstore._cache`): only missing seqs are read from the database, and
+    :meth:`remember` stores what this window decoded. ``rows_read`` counts the rows
+    returned to the view, ``rows_cached`` those of them that came from the cache.
+
+    **Reads without a transaction.** On a connection with no transaction open, each
+    statement is its own snapshot. The first one reads the conversation row (seq
+    range, epoch) and its anchored messages; every later range read carries the
+    condition "the epoch is still the one read first". Rows of ``[first_seq,
+    last_seq]`` change only together with the epoch, so while it holds each range
+    returns exactly the rows that snapshot held; if it changed in between, the range
+    comes back short and :class:`StaleRead` makes the store read again in one
+    snapshot transaction. A warm window thus costs one statement and no ``BEGIN``
+    or ``COMMIT``: one round trip on PostgreSQL instead of three.
+    """
+
+    def __init__(self, conn: Connection, cid: str, cache: RowCache | None = None) -> None:
+        self._conn = conn
+        self._dialect = conn.dialect
+        # The DBAPI connection (for asyncio drivers, SQLAlchemy's sync adapter of it).
+        dbapi = conn.connection.dbapi_connection
+        assert dbapi is not None  # a checked-out, open connection
+        self._dbapi = dbapi
+        self._aiosqlite = (
+            conn.connection.driver_connection if conn.dialect.driver == "aiosqlite" else None
+        )
+        self._decode = "sqlite" if conn.dialect.name == "sqlite" else "postgresql"
+        self._checked = not conn.in_transaction()
+        if self._checked and getattr(conn.connection.driver_connection, "in_transaction", False):
+            # A connection shared with an open write (SQLite ``:memory:`` shares one
+            # connection): reading without BEGIN would see uncommitted rows. Take the
+            # snapshot path, which refuses to start inside another transaction.
+            raise StaleRead(cid)
+        # One statement: the conversation's bookkeeping and its anchored messages.
+        rows = self._execute("conversation", {"cid": cid})
+        if not rows:
+            raise ConversationNotFoundError(cid)
+        head = rows[0]
+        self._cid: str = cid
+        self._first = int(head[0])
+        self._last = int(head[1])
+        self._max_score = float(head[2])
+        self._token_total = int(head[3])
+        self._epoch = int(head[4])
+        if self._epoch == UNTRUSTED_EPOCH:
+            # Written before migration 0002 (or by a process that predates it): writes
+            # may have changed rows without a new epoch. No cache, one snapshot.
+            if self._checked:
+                raise StaleRead(cid)
+            cache = None
+        self._cache = cache
+        entry = cache.get(cid) if cache is not None else None
+        if entry is not None and entry.epoch != self._epoch:
+            assert cache is not None
+            cache.discard(cid)  # rewritten since: nothing in it can be used again
+            entry = None
+        # Seq -> decoded row. Shared with the cache (never mutated) until this window
+        # decodes a row of its own; then it is copied once.
+        self._known: dict[int, StoredMessage] = entry.rows if entry is not None else {}
+        self._shared = entry is not None
+        self._decoded = 0
+        self._anchored: list[StoredMessage] = []
+        for r in rows:
+            if r[5] is None:  # the outer join's row when nothing is anchored
+                continue
+            message = self._known.get(int(r[6]))
+            if message is None:
+                message = decode_raw(r[5:], self._decode)
+                self._add(message)
+            self._anchored.append(message)
+        self._anchored_cached = len(self._anchored) - self._decoded
+        self._newest: datetime | None = None
+        self._newest_loaded = False
+        self.rows_read = 0
+        self.rows_cached = 0
+        self._summary: Summary | None = None
+        self._summary_read = False
+
+    def _execute(self, name: str, values: dict[str, Any]) -> Sequence[Any]:
+        """Run a precompiled hot statement on the DBAPI cursor; all its rows.
+
+        Inside the caller's transaction if one is open, else autocommitting. Going
+        around SQLAlchemy's result objects matters here: for textual SQL they build
+        column metadata on every execution, which costs more than the query.
+        """
+        compiled = q.hot(self._dialect, name)
+        params = compiled.params(values)
+        try:
+            if self._aiosqlite is not None:
+                # aiosqlite runs each driver call in its own thread, and SQLAlchemy's
+                # cursor adapter makes four calls per statement; execute_fetchall one.
+                rows: Sequence[Any] = await_only(
+                    self._aiosqlite.execute_fetchall(compiled.sql, params)
+                )
+                return rows
+            cursor = self._dbapi.cursor()
+            try:
+                cursor.execute(compiled.sql, params)
+                return cursor.fetchall()
+            finally:
+                cursor.close()
+        except self._dialect.loaded_dbapi.Error as exc:
+            raise driver_error(self._conn, exc, compiled.sql, params) from exc
+
+    @property
+    def epoch(self) -> int:
+        """The conversation's epoch, as read with its row."""
+        return self._epoch
+
+    def latest_summary(self) -> Summary | None:
+        """The newest stored summary ending at or before ``last_seq`` (one indexed read).
+
+        Outside a transaction the read carries the epoch check of the range reads: a
+        conversation rewritten since its row was read raises :class:`StaleRead`.
+        Summaries stored after that row was read are used when their range lies
+        within the snapshot's messages (they summarize exactly those rows).
+        """
+        if not self._summary_read:
+            rows = self._execute("latest_summary",
+                                 {"cid": self._cid, "last": self._last, "epoch": self._epoch})
+            if not rows:
+                raise StaleRead(self._cid)
+            row = rows[0]
+            self._summary = None if row[0] is None else to_summary((self._cid, *row))
+            self._summary_read = True
+        return self._summary
+
+    def _add(self, message: StoredMessage) -> None:
+        if self._shared:
+            self._known = dict(self._known)
+            self._shared = False
+        self._known[message.seq] = message
+        self._decoded += 1
+
+    def _fetch(self, start: int, stop: int) -> None:
+        """Read and decode ``[start, stop)`` (inside the stored range) into the known rows."""
+        if self._checked:
+            rows = self._execute("range_checked", {
+                "cid": self._cid, "start": start, "stop": stop, "epoch": self._epoch,
+            })
+            if len(rows) != stop - start:
+                raise StaleRead(self._cid)
+        else:
+            rows = self._execute("range", {"cid": self._cid, "start": start, "stop": stop})
+        for r in rows:
+            self._add(decode_raw(r, self._decode))
+
+    def _range(self, start: int, stop: int) -> list[StoredMessage]:
+        """Messages in ``[start, stop)`` (clipped to the stored range), chronological."""
+        start = max(start, self._first)
+        stop = min(stop, self._last + 1)
+        if stop <= start:
+            return []
+        decoded_before = self._decoded
+        known = self._known
+        missing_from = None
+        for seq in range(start, stop + 1):  # one past the end closes a trailing run
+            if seq < stop and seq not in known:
+                if missing_from is None:
+                    missing_from = seq
+            elif missing_from is not None:
+                self._fetch(missing_from, seq)
+                missing_from = None
+        known = self._known
+        out = [m for seq in range(start, stop) if (m := known.get(seq)) is not None]
+        self.rows_read += len(out)
+        self.rows_cached += len(out) - (self._decoded - decoded_before)
+        return out
+
+    @property
+    def newest_created_at(self) -> datetime | None:
+        """``created_at`` of the newest message (one indexed lookup, on first use)."""
+        if not self._newest_loaded:
+            self._newest_loaded = True
+            if self._last >= self._first:
+                rows = self.read(self._last, self._last + 1)
+                self._newest = rows[0].created_at if rows else None
+        return self._newest
+
+    def anchored(self) -> list[StoredMessage]:
+        """Anchored messages, chronological (read with the conversation row)."""
+        self.rows_read += len(self._anchored)
+        self.rows_cached += self._anchored_cached
+        return list(self._anchored)
+
+    def read(self, start: int, stop: int) -> list[StoredMessage]:
+        """Messages in ``[start, stop)``, chronological."""
+        return self._range(start, stop)
+
+    def read_newest_first(self, before: int, limit: int) -> list[StoredMessage]:
+        """Up to ``limit`` messages older than ``before``, newest first."""
+        if limit <= 0:
+            return []
+        before = min(before, self._last + 1)
+        page = self._range(max(self._first, before - limit), before)
+        page.reverse()
+        return page
+
+    def remember(self) -> None:
+        """Store the rows this window decoded in the cache (a no-op without one)."""
+        if self._cache is None:
+            return
+        self._cache.record(self.rows_cached, self.rows_read - self.rows_cached)
+        if self._decoded:
+            self._cache.put(self._cid, self._epoch, self._known)
+
+
+def window(conn: Connection, cid: str, view: Any, counter: Any,
+           cache: RowCache | None = None) -> Any:
+    """Select a window through ``view`` (pure) over this conversation's rows.
+
+    Runs in a read transaction, or with none (see :class:`SQLHistory`); never in a
+    write transaction, so the rows it caches are committed ones.
+    """
+    source = SQLHistory(conn, cid, cache)
+    result = view.select(source, counter)
+    source.remember()
+    return result
