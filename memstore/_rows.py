@@ -97,12 +97,8 @@ def to_stored(row: Any) -> StoredMessage:
     (cid, seq, mid, role, text, parts, name, calls, call_id, score, pinned, tokens, counter,
      created_at, meta) = row
     content: Any = text if text is not None else (_parts(parts) if parts is not None else None)
-    tool_calls = (
-        [build_trusted(ToolCall, {"id": c["id"], "name": c["name"], "arguments": c["arguments"],
-                           "type": "function"}) for c in calls]
-        if calls is not None else None
-    )
-    return build_trusted(StoredMessage, {
+    tool_calls = _tool_calls(calls) if calls is not None else None
+    return _stored({
         "role": role, "content": content, "name": name, "tool_calls": tool_calls,
         "tool_call_id": call_id, "score": float(score), "pinned": bool(pinned),
         "metadata": meta if meta is not None else {}, "id": mid,
@@ -112,29 +108,69 @@ def to_stored(row: Any) -> StoredMessage:
 
 
 def sqlite_time(value: Any) -> datetime:
-    moment = value if isinstance(value, datetime) else datetime.fromisoformat(value)
+    """A SQLite timestamp (naive UTC text, or a datetime) as an aware UTC datetime."""
+    if type(value) is str and len(value) == _SQLITE_TIME_LENGTH:
+        # SQLAlchemy's format, 'YYYY-MM-DD HH:MM:SS.ffffff': parsing it with the offset
+        # is several times faster than parsing it naive and replacing tzinfo.
+        return _fromisoformat(value + "+00:00")
+    moment = value if isinstance(value, datetime) else _fromisoformat(value)
     return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment
+
+
+_SQLITE_TIME_LENGTH = len("2026-01-01 00:00:00.000000")
+_fromisoformat = datetime.fromisoformat
+_new = object.__new__
+_set = object.__setattr__
+_STORED_FIELDS = set(StoredMessage.model_fields)
+
+
+def _stored(values: dict[str, Any]) -> StoredMessage:
+    """:func:`memstore.models.build_trusted` for StoredMessage, inlined (once per row)."""
+    message: StoredMessage = _new(StoredMessage)
+    _set(message, "__dict__", values)
+    _set(message, "__pydantic_fields_set__", _STORED_FIELDS)
+    _set(message, "__pydantic_extra__", None)
+    _set(message, "__pydantic_private__", None)
+    return message
+
+
+def _tool_calls(calls: list[dict[str, Any]]) -> list[ToolCall]:
+    return [build_trusted(ToolCall, {"id": c["id"], "name": c["name"],
+                                     "arguments": c["arguments"], "type": "function"})
+            for c in calls]
 
 
 def decode_raw(row: Any, dialect: str) -> StoredMessage:
     """Build a StoredMessage from a driver row of MESSAGE_COLUMNS (no SQLAlchemy types).
 
     SQLite returns JSON as text and timestamps as naive UTC text; psycopg returns
-    decoded JSONB and aware timestamps.
+    decoded JSONB and aware timestamps. This runs once per row a window reads: one
+    function, no intermediate copies.
     """
+    (cid, seq, mid, role, text, parts, name, calls, call_id, score, pinned, tokens, counter,
+     created_at, meta) = row
     if dialect == "sqlite":
-        values = list(row)
-        for i in (5, 7, 14):  # content_parts, tool_calls, metadata
-            if values[i] is not None:
-                values[i] = json.loads(values[i])
-        values[13] = sqlite_time(values[13])
-        return to_stored(values)
-    created_at = row[13]
-    if created_at.tzinfo is None:
-        row = (*row[:13], created_at.replace(tzinfo=timezone.utc), row[14])
-    elif created_at.utcoffset():
-        row = (*row[:13], created_at.astimezone(timezone.utc), row[14])
-    return to_stored(row)
+        if parts is not None:
+            parts = json.loads(parts)
+        if calls is not None:
+            calls = json.loads(calls)
+        meta = json.loads(meta) if meta is not None else {}
+        created_at = sqlite_time(created_at)
+    else:
+        if meta is None:
+            meta = {}
+        if created_at.tzinfo is None:
+            created_at = created_at.replace(tzinfo=timezone.utc)
+        elif created_at.utcoffset():
+            created_at = created_at.astimezone(timezone.utc)
+    return _stored({
+        "role": role,
+        "content": text if text is not None else (_parts(parts) if parts is not None else None),
+        "name": name, "tool_calls": _tool_calls(calls) if calls is not None else None,
+        "tool_call_id": call_id, "score": float(score), "pinned": bool(pinned),
+        "metadata": meta, "id": mid, "conversation_id": cid, "seq": int(seq),
+        "created_at": created_at, "token_count": int(tokens), "token_counter": counter,
+    })
 
 
 def message_row(

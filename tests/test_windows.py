@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from memstore import _rows, _statements, _window
+from memstore import _statements, _window
 from memstore.errors import ContextBudgetError
 from memstore.models import ConversationState, Message, ToolCall
 from memstore.store import MemoryStore
@@ -159,11 +159,11 @@ def test_window_reads_grow_with_the_window_not_the_history(db_url: str) -> None:
         return real_execute(self, name, values)
 
     rows = {"n": 0}
-    real = _rows.to_stored
+    real = _window.decode_raw
 
-    def counting(row: Any) -> Any:
+    def counting(row: Any, dialect: str) -> Any:
         rows["n"] += 1
-        return real(row)
+        return real(row, dialect)
 
     for view in (TokenLimitedView(4000), ScoreBasedView(4000), HeadAndTailView(20, 40)):
         results = {}
@@ -171,11 +171,11 @@ def test_window_reads_grow_with_the_window_not_the_history(db_url: str) -> None:
             statements.clear()
             rows["n"] = 0
             _window.SQLHistory._execute = record  # type: ignore[method-assign]
-            _rows.to_stored = counting  # type: ignore[assignment]
+            _window.decode_raw = counting  # type: ignore[assignment]
             try:
                 window = store.window(cid, view)
             finally:
-                _rows.to_stored = real  # type: ignore[assignment]
+                _window.decode_raw = real  # type: ignore[assignment]
                 _window.SQLHistory._execute = real_execute  # type: ignore[method-assign]
             results[cid] = (len(window.messages), rows["n"], len(statements))
             # a row the view reads twice (ScoreBasedView's newest) is decoded once
@@ -237,3 +237,69 @@ def test_hot_queries_use_the_indexes_on_sqlite(tmp_path: Any) -> None:
             if name == "conversation":  # anchored messages come through the partial index
                 assert "ix_memstore_messages_anchored" in plan, plan
     store.close()
+
+
+# ---- the first page comes with the first statement --------------------------------------------
+
+
+@pytest.mark.parametrize("view", [TokenLimitedView(600), ScoreBasedView(600, keep_rate=0.9),
+                                  TokenLimitedView(600, start_on_user=True)],
+                         ids=["token_limited", "score_based", "start_on_user"])
+async def test_a_budgeted_window_reads_its_first_page_with_the_first_statement(
+    store: Any, db_url: str, counter: FixedCounter, monkeypatch: Any, view: Any
+) -> None:
+    """PostgreSQL: the conversation row, its anchored messages and the newest page in one
+    statement (one round trip); a warm window's statement brings only the rows appended
+    since (the cache holds the rest). SQLite reads the row, then the page (no round
+    trips there; two simple statements run faster than the compound one)."""
+    from memstore.history import ListHistory
+
+    writer = MemoryStore(db_url, counter=counter)
+    writer.extend("c", conversation(150, seed=3))
+    calls: list[str] = []
+    real = _window.SQLHistory._execute
+
+    def record(self: Any, name: str, values: dict[str, Any]) -> Any:
+        calls.append(name)
+        return real(self, name, values)
+
+    monkeypatch.setattr(_window.SQLHistory, "_execute", record)
+    if db_url.startswith("sqlite"):
+        head, cold, warm = "conversation", ["conversation", "range_checked"], [
+            "conversation", "range_checked"]
+    else:
+        head, cold, warm = "conversation_page", ["conversation_page"], ["conversation_page"]
+
+    def same(a: Any, b: Any) -> bool:  # rows_read depends on how a source pages
+        return bool(a.messages == b.messages and a.token_count == b.token_count
+                    and a.report.omitted == b.report.omitted)
+
+    exact = isinstance(view, TokenLimitedView)  # a score-based read may go further back
+    first = await call(store.window("c", view))
+    assert calls == cold if exact else calls[0] == head
+    assert same(first, view.select(ListHistory(writer.messages("c")), counter))
+    writer.extend("c", [Message.user("one more question"), Message.assistant("an answer")])
+    calls.clear()
+    before = store.cache_info()
+    second = await call(store.window("c", view))
+    after = store.cache_info()
+    if exact:
+        assert calls == warm
+        assert after.misses - before.misses == 2  # only the appended rows were decoded
+    else:
+        assert calls[0] == head
+    assert same(second, view.select(ListHistory(writer.messages("c")), counter))
+    # Without a cache, a window its first page holds is one statement too.
+    nocache = MemoryStore(db_url, counter=counter, cache_size=0)
+    calls.clear()
+    assert same(nocache.window("c", view), second)
+    assert calls == cold if exact else calls[0] == head
+    nocache.close()
+    writer.close()
+
+
+async def test_a_missing_conversation_is_still_not_found_with_a_budget(store: Any) -> None:
+    from memstore.errors import ConversationNotFoundError
+
+    with pytest.raises(ConversationNotFoundError):
+        await call(store.window("nobody", TokenLimitedView(600)))
