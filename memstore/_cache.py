@@ -69,6 +69,8 @@ class CacheEntry(NamedTuple):
 
     epoch: int
     rows: dict[int, StoredMessage]
+    #: The newest seq in ``rows`` (0 when empty).
+    last_seq: int = 0
 
 
 class CacheInfo(NamedTuple):
@@ -154,7 +156,7 @@ class RowCache:
                 return
             else:
                 self._recent.pop(conversation_id, None)
-            self._entries[conversation_id] = CacheEntry(epoch, rows)
+            self._entries[conversation_id] = CacheEntry(epoch, rows, max(rows, default=0))
             self._size += len(rows)
             while self._size > self.max_messages and len(self._entries) > 1:
                 _, evicted = self._entries.popitem(last=False)

@@ -17,6 +17,7 @@ from sqlalchemy import (
     BindParameter,
     ColumnClause,
     Delete,
+    Double,
     Integer,
     Select,
     String,
@@ -29,8 +30,10 @@ from sqlalchemy import (
     func,
     literal,
     literal_column,
+    null,
     select,
     table,
+    union_all,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -322,13 +325,14 @@ def _hot_statements() -> dict[str, Any]:
         ).select_from(
             conversations.outerjoin(messages, and_(M.conversation_id == C.id, ANCHORED))
         ).where(C.id == cid).order_by(M.seq),
+        "conversation_page": _conversation_page(cid),
         "range": messages_range(
             cid, start=bindparam("start", type_=BigInteger),
             stop=bindparam("stop", type_=BigInteger),
         ),
         # The same range, outside a transaction: rows come back only while the
         # conversation's epoch is still the one the window started from (see
-        # ``memstore._ops.SQLHistory``). The subquery is uncorrelated: evaluated once.
+        # ``memstore._window.SQLHistory``). The subquery is uncorrelated: evaluated once.
         "range_checked": messages_range(
             cid, start=bindparam("start", type_=BigInteger),
             stop=bindparam("stop", type_=BigInteger),
@@ -353,6 +357,63 @@ def _hot_statements() -> dict[str, Any]:
             ))
         ).where(C.id == cid, C.epoch == bindparam("epoch", type_=BigInteger)),
     }
+
+
+#: Rows of a prefetched first page: at most this many (``views.BUDGET_MAX_FIRST_PAGE``),
+#: ``PAGE_WITHOUT_COUNTS`` when the conversation's token total is 0.
+PAGE_MAX = 2048
+PAGE_WITHOUT_COUNTS = 32
+#: Columns before the message columns in a ``conversation_page`` row.
+PAGE_HEAD_COLUMNS = 8
+
+
+def _conversation_page(cid: BindParameter[str]) -> Any:
+    """The conversation row, its anchored messages and its newest page: one statement.
+
+    A budgeted window's first statement, one snapshot on both databases (one round
+    trip on PostgreSQL). Rows are ``(first_seq, last_seq, max_score, token_count,
+    epoch, page, part, *MESSAGE_COLUMNS)``: ``part`` 0 for the conversation row with
+    each anchored message (one row with NULL message columns when none is anchored),
+    1 for each message of the page, in no particular order.
+
+    The page is the newest ``page`` messages with a seq above ``known_last``:
+    ``page`` estimates from the conversation's own counts how many messages a budget
+    of ``budget`` tokens holds (``token_limit * message_count / token_count``, 20 %
+    and 8 rows of slack, at most :data:`PAGE_MAX`), as the view's first page does;
+    ``known_last`` is ``cached_last`` while the conversation's epoch is still
+    ``cached_epoch`` (those rows are in the row cache), else 0.
+    """
+    budget: BindParameter[float] = bindparam("budget", type_=Double())
+    count = C.last_seq - C.first_seq + 1
+    estimate = budget * 1.2 * count / C.token_count  # a float on both databases
+    page = case(
+        (C.token_count <= 0, PAGE_WITHOUT_COUNTS),
+        (estimate >= PAGE_MAX - 8, PAGE_MAX),
+        else_=func.cast(estimate, BigInteger) + 8,
+    )
+    known_last = case(
+        (C.epoch == bindparam("cached_epoch", type_=BigInteger),
+         bindparam("cached_last", type_=BigInteger)),
+        else_=0,
+    )
+    conv = select(
+        C.first_seq, C.last_seq, C.max_score, C.token_count, C.epoch,
+        page.label("page"), known_last.label("known_last"),
+    ).where(C.id == cid).cte("conv")
+    head = select(
+        conv.c.first_seq, conv.c.last_seq, conv.c.max_score, conv.c.token_count,
+        conv.c.epoch, conv.c.page, literal_column("0").label("part"), *MESSAGE_COLUMNS,
+    ).select_from(conv.outerjoin(messages, and_(M.conversation_id == cid, ANCHORED)))
+    newest = (
+        select(*MESSAGE_COLUMNS)
+        .where(M.conversation_id == cid, M.seq > select(conv.c.known_last).scalar_subquery())
+        .order_by(M.seq.desc())
+        # No conversation: no page (SQLite refuses a NULL limit; PostgreSQL reads it as ALL).
+        .limit(func.coalesce(select(conv.c.page).scalar_subquery(), 0))
+        .subquery("newest")
+    )
+    tail = select(*(null() for _ in range(6)), literal_column("1"), *newest.c)
+    return union_all(head, tail)
 
 
 def _latest_number(cid: BindParameter[str], last: BindParameter[int]) -> Any:
@@ -462,7 +523,7 @@ def precompile(dialect: Dialect) -> None:
     it opens, so the first window and the first append of a fresh process do not pay
     it. Idempotent (compiled once per dialect and driver per process).
     """
-    for name in ("conversation", "range", "range_checked"):
+    for name in ("conversation", "conversation_page", "range", "range_checked"):
         hot(dialect, name)
     for name in _write_statements(dialect.name):
         hot_write(dialect, name)

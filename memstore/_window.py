@@ -58,9 +58,18 @@ class SQLHistory(SourceBase):
     comes back short and :class:`StaleRead` makes the store read again in one
     snapshot transaction. A warm window thus costs one statement and no ``BEGIN``
     or ``COMMIT``: one round trip on PostgreSQL instead of three.
+
+    **The first page comes with the first statement.** Given the ``budget`` of a
+    budgeted view, the first statement also returns the conversation's newest
+    messages, as many as the view's first page asks for (estimated in SQL from the
+    conversation's counts, see ``memstore._statements._conversation_page``; the view
+    learns the number through :meth:`first_page_for`). Rows the cache holds under the
+    current epoch are left out. A cold window thus also costs one statement (one round
+    trip) as long as its first page holds it.
     """
 
-    def __init__(self, conn: Connection, cid: str, cache: RowCache | None = None) -> None:
+    def __init__(self, conn: Connection, cid: str, cache: RowCache | None = None,
+                 budget: int | None = None) -> None:
         self._conn = conn
         self._dialect = conn.dialect
         # The DBAPI connection (for asyncio drivers, SQLAlchemy's sync adapter of it).
@@ -77,8 +86,27 @@ class SQLHistory(SourceBase):
             # connection): reading without BEGIN would see uncommitted rows. Take the
             # snapshot path, which refuses to start inside another transaction.
             raise StaleRead(cid)
-        # One statement: the conversation's bookkeeping and its anchored messages.
-        rows = self._execute("conversation", {"cid": cid})
+        entry = cache.get(cid) if cache is not None else None
+        self._page_budget = budget
+        self._page = 0
+        page_rows: Sequence[Any] = ()
+        if budget is None:
+            # One statement: the conversation's bookkeeping and its anchored messages.
+            rows = self._execute("conversation", {"cid": cid})
+            offset = 5
+        else:
+            # The same, and the newest page (less what the cache holds): one statement.
+            both = self._execute("conversation_page", {
+                "cid": cid, "budget": float(budget),
+                "cached_epoch": entry.epoch if entry is not None else None,
+                "cached_last": entry.last_seq if entry is not None else 0,
+            })
+            offset = q.PAGE_HEAD_COLUMNS - 1
+            # The conversation row with each anchored message, chronological (the
+            # compound statement has no order): the row without one sorts first.
+            rows = sorted((r for r in both if r[6] == 0),
+                          key=lambda r: -1 if r[offset + 1] is None else int(r[offset + 1]))
+            page_rows = [r for r in both if r[6] != 0]
         if not rows:
             raise ConversationNotFoundError(cid)
         head = rows[0]
@@ -94,8 +122,8 @@ class SQLHistory(SourceBase):
             if self._checked:
                 raise StaleRead(cid)
             cache = None
+            entry = None
         self._cache = cache
-        entry = cache.get(cid) if cache is not None else None
         if entry is not None and entry.epoch != self._epoch:
             assert cache is not None
             cache.discard(cid)  # rewritten since: nothing in it can be used again
@@ -106,15 +134,24 @@ class SQLHistory(SourceBase):
         self._shared = entry is not None
         self._decoded = 0
         self._anchored: list[StoredMessage] = []
+        if budget is not None:
+            self._page = int(head[5])
         for r in rows:
-            if r[5] is None:  # the outer join's row when nothing is anchored
+            if r[offset] is None:  # the outer join's row when nothing is anchored
                 continue
-            message = self._known.get(int(r[6]))
+            message = self._known.get(int(r[offset + 1]))
             if message is None:
-                message = decode_raw(r[5:], self._decode)
+                message = decode_raw(r[offset:], self._decode)
                 self._add(message)
             self._anchored.append(message)
         self._anchored_cached = len(self._anchored) - self._decoded
+        # Prefetched rows not returned yet: read from the database, not from the cache.
+        self._prefetched: set[int] = set()
+        for r in page_rows:
+            seq = int(r[offset + 1])
+            if seq not in self._known:  # an anchored row is in both parts
+                self._add(decode_raw(r[offset:], self._decode))
+                self._prefetched.add(seq)
         self._newest: datetime | None = None
         self._newest_loaded = False
         self.rows_read = 0
@@ -147,6 +184,13 @@ class SQLHistory(SourceBase):
                 cursor.close()
         except self._dialect.loaded_dbapi.Error as exc:
             raise driver_error(self._conn, exc, compiled.sql, params) from exc
+
+    def first_page_for(self, token_limit: int) -> int | None:
+        """The first page a view with this budget should read: what came prefetched.
+
+        ``None`` for another budget (or none): the view then sizes its page itself.
+        """
+        return self._page if token_limit == self._page_budget and self._page else None
 
     @property
     def epoch(self) -> int:
@@ -209,8 +253,15 @@ class SQLHistory(SourceBase):
                 missing_from = None
         known = self._known
         out = [m for seq in range(start, stop) if (m := known.get(seq)) is not None]
+        fresh = self._decoded - decoded_before
+        if self._prefetched:
+            prefetched = self._prefetched
+            for m in out:
+                if m.seq in prefetched:
+                    prefetched.discard(m.seq)
+                    fresh += 1
         self.rows_read += len(out)
-        self.rows_cached += len(out) - (self._decoded - decoded_before)
+        self.rows_cached += len(out) - fresh
         return out
 
     @property
@@ -258,7 +309,15 @@ def window(conn: Connection, cid: str, view: Any, counter: Any,
     Runs in a read transaction, or with none (see :class:`SQLHistory`); never in a
     write transaction, so the rows it caches are committed ones.
     """
-    source = SQLHistory(conn, cid, cache)
+    budget = None
+    if conn.dialect.name == "postgresql" and getattr(view, "budgeted", False):
+        # The first page comes with the first statement: one round trip instead of two.
+        # Not on SQLite, where a statement costs no round trip and SQLite runs the
+        # compound statement slower than the two simple ones (0.38 against 0.34 ms per
+        # cold 4k window over 2,000 conversations, measured side by side).
+        limit = getattr(view, "token_limit", None)
+        budget = limit if isinstance(limit, int) else None
+    source = SQLHistory(conn, cid, cache, budget)
     result = view.select(source, counter)
     source.remember()
     return result

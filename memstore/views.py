@@ -412,6 +412,11 @@ def _budget_page(source: HistorySource, token_limit: int) -> int:
     ``token_limit / mean`` messages fit; 20 % and a few rows of slack make one read the
     common case. A wrong estimate costs only an extra page: later pages double.
     """
+    prefetched = getattr(source, "first_page_for", None)  # the store's SQL source
+    if prefetched is not None:
+        page: int | None = prefetched(token_limit)
+        if page is not None:
+            return page
     count = source.message_count
     total = getattr(source, "token_total", 0)  # tolerate sources written before it existed
     if count <= 0 or total <= 0:

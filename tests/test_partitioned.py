@@ -293,7 +293,7 @@ def test_every_hot_statement_touches_one_partition(
     # The precompiled window reads run on the DBAPI cursor (not seen by SQLAlchemy's
     # events): explain each of them directly.
     values = {"cid": "hot-conversation", "start": 2, "stop": 6, "before": 8, "limit": 4, "last": 9,
-              "epoch": 12345}
+              "epoch": 12345, "budget": 4000.0, "cached_epoch": 12345, "cached_last": 3}
     for name in q._hot_statements():
         compiled = q.hot(engine.dialect, name)
         needed = set(re.findall(r"%\((\w+)\)s", compiled.sql))

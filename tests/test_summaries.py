@@ -699,13 +699,16 @@ async def test_a_change_between_the_window_statements_is_never_half_seen(
         monkeypatch.undo()
     fresh = writer.window("c", view)
     writer.close()
-    assert calls[0] == ("conversation", True) and calls[1] == ("latest_summary", True)
+    # The first statement reads the conversation row (on PostgreSQL with the first page:
+    # the view has a budget), outside a transaction; the second the summary.
+    head = "conversation" if db_url.startswith("sqlite") else "conversation_page"
+    assert calls[0] == (head, True) and calls[1] == ("latest_summary", True)
     if change == "summarize":
         # no message changed: the new summary ends within the rows first read, so the
         # window may use it, and it then equals a fresh read
         assert window == fresh and window.report.summary_range == (2, 25)
     else:
-        assert ("conversation", False) in calls  # read again in one snapshot
+        assert (head, False) in calls  # read again in one snapshot
         assert window == fresh
 
 
