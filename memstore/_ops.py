@@ -295,7 +295,7 @@ def _append_batch(
     allocate = q.hot_write(conn.dialect, "allocate")
     insert = q.hot_write(conn.dialect, "insert")
     now = utcnow()
-    rows = [message_row(cid, 0, p, new_message_id(), counter, now) for p in batch]
+    results: list[StoredMessage] = []
     dbapi = conn.connection.dbapi_connection
     assert dbapi is not None
     statement, params = "BEGIN IMMEDIATE", None
@@ -306,15 +306,21 @@ def _append_batch(
         try:
             statement, params = allocate.sql, allocate.params(_allocation(cid, now, batch))
             cursor.execute(statement, params)
-            first = int(cursor.fetchall()[0][0]) - len(rows) + 1
-            for offset, row in enumerate(rows):
-                row["seq"] = first + offset
+            first = int(cursor.fetchall()[0][0]) - len(batch) + 1
             statement = insert.sql
-            params = [insert.params(row) for row in rows]
-            if len(params) == 1:
-                cursor.execute(statement, params[0])
-            else:
-                cursor.executemany(statement, params)
+            # Build, insert and wrap one chunk at a time: on asyncio each chunk's execute
+            # awaits the driver, so the event loop runs between chunks.
+            for start in range(0, len(batch), INSERT_CHUNK):
+                chunk = batch[start:start + INSERT_CHUNK]
+                rows = [message_row(cid, first + start + offset, p, new_message_id(), counter,
+                                    now) for offset, p in enumerate(chunk)]
+                params = [insert.params(row) for row in rows]
+                if len(params) == 1:
+                    cursor.execute(statement, params[0])
+                else:
+                    cursor.executemany(statement, params)
+                results.extend(stored_from_row_dict(row, p.message)
+                               for row, p in zip(rows, chunk))
             statement, params = "COMMIT", None
             if sqlite:
                 cursor.execute(statement)
@@ -332,7 +338,7 @@ def _append_batch(
         raise driver_error(conn, exc, statement, params) from exc
     finally:
         cursor.close()
-    return [stored_from_row_dict(row, p.message) for row, p in zip(rows, batch)]
+    return results
 
 
 def set_score(conn: Connection, cid: str, seq: int, score: float) -> StoredMessage:
