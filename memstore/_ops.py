@@ -308,13 +308,14 @@ def _append_batch(
             cursor.execute(statement, params)
             first = int(cursor.fetchall()[0][0]) - len(batch) + 1
             statement = insert.sql
+            memo: dict[str, tuple[Any, Any]] = {}  # the batch's timestamp, processed once
             # Build, insert and wrap one chunk at a time: on asyncio each chunk's execute
             # awaits the driver, so the event loop runs between chunks.
             for start in range(0, len(batch), INSERT_CHUNK):
                 chunk = batch[start:start + INSERT_CHUNK]
                 rows = [message_row(cid, first + start + offset, p, new_message_id(), counter,
                                     now) for offset, p in enumerate(chunk)]
-                params = [insert.params(row) for row in rows]
+                params = [insert.row_params(row, memo) for row in rows]
                 if len(params) == 1:
                     cursor.execute(statement, params[0])
                 else:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import secrets
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
@@ -65,7 +64,8 @@ def new_message_id() -> str:
     value = (ms & 0xFFFF_FFFF_FFFF) << 80 | secrets.randbits(80)
     value = (value & ~(0xF << 76)) | (0x7 << 76)  # version 7
     value = (value & ~(0x3 << 62)) | (0x2 << 62)  # RFC 9562 variant
-    return str(uuid.UUID(int=value))
+    h = f"{value:032x}"  # str(uuid.UUID(int=value)), without building the UUID object
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def utcnow() -> datetime:
@@ -205,14 +205,20 @@ def message_row(
     }
 
 
+_MESSAGE_FIELDS = tuple(Message.__pydantic_fields__)
+
+
 def stored_from_row_dict(row: Mapping[str, Any], message: Message) -> StoredMessage:
-    values = {name: getattr(message, name) for name in Message.model_fields}
-    values.update(
-        id=row["message_id"], conversation_id=row["conversation_id"], seq=row["seq"],
-        created_at=row["created_at"], token_count=row["token_count"],
-        token_counter=row["token_counter"],
-    )
-    return build_trusted(StoredMessage, values)
+    """The StoredMessage of a just-inserted row (``message`` was validated on the way in)."""
+    values = message.__dict__.copy() if len(message.__dict__) == len(_MESSAGE_FIELDS) else {
+        name: getattr(message, name) for name in _MESSAGE_FIELDS}
+    values["id"] = row["message_id"]
+    values["conversation_id"] = row["conversation_id"]
+    values["seq"] = row["seq"]
+    values["created_at"] = row["created_at"]
+    values["token_count"] = row["token_count"]
+    values["token_counter"] = row["token_counter"]
+    return _stored(values)
 
 
 def to_conversation(row: Row[Any]) -> Conversation:

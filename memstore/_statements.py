@@ -457,7 +457,7 @@ class CompiledSQL:
     would apply them: the write path sends Python values.
     """
 
-    __slots__ = ("defaults", "positions", "processors", "sql")
+    __slots__ = ("defaults", "positions", "processors", "sql", "steps")
 
     def __init__(self, statement: Any, dialect: Dialect, *, process: bool = False) -> None:
         compiled = statement.compile(dialect=dialect)
@@ -476,6 +476,36 @@ class CompiledSQL:
             tuple(compiled.positiontup) if compiled.positional and compiled.positiontup
             else None
         )
+        # Positional, each name bound once, no defaults (an INSERT's row): one step per
+        # position, its processor looked up once here (see row_params).
+        self.steps: tuple[tuple[str, Any], ...] | None = None
+        if (self.positions is not None and not self.defaults
+                and len(set(self.positions)) == len(self.positions)):
+            self.steps = tuple((name, self.processors.get(name)) for name in self.positions)
+
+    def row_params(self, values: dict[str, Any], memo: dict[str, tuple[Any, Any]]) -> Any:
+        """:meth:`params` for one row of a batch (positional, every name in ``values``).
+
+        ``memo`` carries processed values from one row to the next: a value that is the
+        same object as the previous row's (the batch's one timestamp) is not processed
+        again.
+        """
+        steps = self.steps
+        if steps is None:
+            return self.params(values)
+        out = []
+        for name, proc in steps:
+            v = values[name]
+            if proc is not None and v is not None:
+                seen = memo.get(name)
+                if seen is not None and seen[0] is v:
+                    v = seen[1]
+                else:
+                    processed = proc(v)
+                    memo[name] = (v, processed)
+                    v = processed
+            out.append(v)
+        return tuple(out)
 
     def params(self, values: dict[str, Any]) -> Any:
         """Parameters in the driver's paramstyle."""
