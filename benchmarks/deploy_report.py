@@ -50,12 +50,15 @@ def deploy_targets(ddoc: dict[str, Any]) -> list[dict[str, Any]]:
                         "ok": None if value is None else value <= limit})
         ten = phases.get("tenants", {})
         ratio = ten.get("cached_vs_nocache_p50")
+        control = ten.get("control_vs_nocache_p50")
+        noise = max(CACHE_NOISE, control or 0.0)
         out.append({
             "db": db,
             "goal": f"default row cache not slower than `cache_size=0` under uniform random "
-                    f"access (p50 ratio ≤ {CACHE_NOISE:g}, the alternating series' noise)",
-            "value": _fmt(ratio),
-            "ok": None if ratio is None else ratio <= CACHE_NOISE,
+                    f"access (p50 ratio ≤ {CACHE_NOISE:g}, or ≤ the control: a second "
+                    f"`cache_size=0` store against the first)",
+            "value": _fmt(ratio) + (f" (control {_fmt(control)})" if control else ""),
+            "ok": None if ratio is None else ratio <= noise,
         })
         if "repeat_rows_read" in ten:
             read = ten["repeat_rows_read"]
