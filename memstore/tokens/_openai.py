@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from memstore.errors import ConfigurationError, InvalidInputError
-from memstore.models import Message, TextPart
+from memstore.models import ROLES, Message, TextPart
 from memstore.tokens._base import BaseTokenCounter, _json_default
 from memstore.tokens._images import _image_tokens
 from memstore.tokens._loading import _encoding_name_for_model, _load_encoding
@@ -98,6 +98,8 @@ class TiktokenCounter(BaseTokenCounter):
         self._encoding_name = encoding
         self._name = f"tiktoken/{encoding}"
         self._encoding = _load_encoding(encoding)
+        # Tokens of each role's name: five fixed strings, each counted once per message.
+        self._role_tokens = {role: self._n(role) for role in ROLES}
 
     @property
     def name(self) -> str:
@@ -155,7 +157,9 @@ class TiktokenCounter(BaseTokenCounter):
             ``3 + role + content + (name + 1) + tool_call_id + tool calls``.
         """
         n = self._n
-        total = self.tokens_per_message + n(message.role)
+        role = message.role
+        role_tokens = self._role_tokens.get(role)
+        total = self.tokens_per_message + (role_tokens if role_tokens is not None else n(role))
         content = message.content
         if isinstance(content, str):
             total += n(content)
