@@ -23,7 +23,7 @@ from typing import Any, TypeVar, cast
 from pydantic import ValidationError
 
 from memstore.aio import AsyncMemoryStore
-from memstore.errors import ConfigurationError, ConversationNotFoundError
+from memstore.errors import ConfigurationError, ConversationNotFoundError, InvalidInputError
 from memstore.models import Message, StoredMessage
 from memstore.store import MemoryStore
 from memstore.views import ContextView, UnboundedView
@@ -66,6 +66,18 @@ def check_view(view: Any, owner: str) -> ContextView:
             f"{owner}: view must be a memstore view, not {type(view).__name__}"
         )
     return view
+
+
+def check_conversation(store: AnyStore, conversation_id: Any, view: ContextView,
+                       argument: str) -> str:
+    """``conversation_id`` if memstore can store it (the store's own rule, no I/O).
+
+    ``argument`` names it in the error (``session_id`` for LangChain and the Agents SDK).
+    """
+    try:
+        return store.context(conversation_id, view).conversation_id
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"{argument}: {exc}") from None
 
 
 def valid_name(value: str) -> bool:

@@ -51,6 +51,7 @@ from memstore.errors import (
 from memstore.formats import is_error_of, with_hints
 from memstore.integrations._common import (
     AnyStore,
+    check_conversation,
     check_store,
     check_view,
     read_history,
@@ -316,9 +317,8 @@ class MemstoreChatCompletionContext(ChatCompletionContext,
         super().__init__()
         self._store = check_store(store, "MemstoreChatCompletionContext")
         self._view = check_view(view, "MemstoreChatCompletionContext")
-        if not isinstance(conversation_id, str) or not conversation_id:
-            raise InvalidInputError("conversation_id must be a non-empty string")
-        self._conversation_id = conversation_id
+        self._conversation_id = check_conversation(self._store, conversation_id, self._view,
+                                                   "conversation_id")
         self._owns_store = False
 
     @property

@@ -54,6 +54,7 @@ from memstore.errors import (
 from memstore.formats import with_hints
 from memstore.integrations._common import (
     AnyStore,
+    check_conversation,
     check_store,
     check_view,
     read_history,
@@ -317,9 +318,7 @@ class MemstoreChatMessageHistory(BaseChatMessageHistory):
         super().__init__()
         self._store = check_store(store, "MemstoreChatMessageHistory")
         self._view = check_view(view, "MemstoreChatMessageHistory")
-        if not isinstance(session_id, str) or not session_id:
-            raise InvalidInputError("session_id must be a non-empty string")
-        self.session_id = session_id
+        self.session_id = check_conversation(self._store, session_id, self._view, "session_id")
 
     @property
     def store(self) -> AnyStore:

@@ -42,10 +42,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from memstore.aio import AsyncMemoryStore
-from memstore.errors import ConfigurationError, ConversationNotFoundError, InvalidInputError
+from memstore.errors import ConversationNotFoundError, InvalidInputError
+from memstore.integrations._common import check_conversation, check_store, check_view
 from memstore.models import Message, StoredMessage, TextPart, ToolCall
 from memstore.store import MemoryStore
-from memstore.views import ContextView, UnboundedView
+from memstore.views import ContextView
 
 __all__ = ["MemstoreSession", "items_to_messages", "messages_to_items"]
 
@@ -276,15 +277,9 @@ class MemstoreSession:
         view: ContextView | None = None,
         session_settings: Any = None,
     ) -> None:
-        if not isinstance(store, (MemoryStore, AsyncMemoryStore)):
-            raise ConfigurationError(
-                f"store must be a MemoryStore or an AsyncMemoryStore, not {type(store).__name__}"
-            )
-        if view is not None and not isinstance(view, ContextView):
-            raise ConfigurationError(f"view must be a memstore view, not {type(view).__name__}")
-        # store.context validates the id (and the view) without touching the database
-        self.session_id: str = store.context(session_id, view or UnboundedView()).conversation_id
-        self.store = store
+        self.store = check_store(store, "MemstoreSession")
+        self.session_id: str = check_conversation(
+            self.store, session_id, check_view(view, "MemstoreSession"), "session_id")
         self.view = view
         self.session_settings = session_settings
 

@@ -314,3 +314,15 @@ def test_messages_from_elsewhere_read_back() -> None:
         FunctionExecutionResultMessage(content=[
             FunctionExecutionResult(content="r", name="", call_id="q")]),
         AssistantMessage(content="done", source="bot")])
+
+
+async def test_constructor_refuses_what_the_store_would(store: Any) -> None:
+    from memstore import ConfigurationError
+
+    for bad in ("", "a\x00", "x" * 256, 7):
+        with pytest.raises(InvalidInputError, match="conversation_id"):
+            MemstoreChatCompletionContext(bad, store)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="MemoryStore"):
+        MemstoreChatCompletionContext("c", object())  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="view"):
+        MemstoreChatCompletionContext("c", store, view="all")  # type: ignore[arg-type]

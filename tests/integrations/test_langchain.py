@@ -316,3 +316,13 @@ async def test_reads_grow_with_the_window_not_the_history(store: Any, monkeypatc
     got = await history.aget_messages()
     assert 0 < len(got) < 20 and got[-1].content == "answer 999"
     assert reads and all(rows <= 64 for _, rows in reads), reads
+
+
+async def test_constructor_refuses_what_the_store_would(store: Any) -> None:
+    for bad in ("", "a\x00", "x" * 256, 7):
+        with pytest.raises(InvalidInputError, match="session_id"):
+            MemstoreChatMessageHistory(bad, store)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="MemoryStore"):
+        MemstoreChatMessageHistory("c", object())  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="view"):
+        MemstoreChatMessageHistory("c", store, view="all")  # type: ignore[arg-type]

@@ -464,3 +464,15 @@ async def test_runner_passes_session_settings_limit(store: Any) -> None:
     assert model.inputs[0][:-1] == [{"role": "assistant", "content": "first"},
                                     {"role": "user", "content": "again"},
                                     {"role": "assistant", "content": "second"}]
+
+
+async def test_constructor_refuses_what_the_store_would(store: Any) -> None:
+    from memstore import ConfigurationError
+
+    for bad in ("", "a\x00", "x" * 256, 7):
+        with pytest.raises(InvalidInputError, match="session_id"):
+            MemstoreSession(bad, store)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="MemoryStore"):
+        MemstoreSession("c", object())  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="view"):
+        MemstoreSession("c", store, view="all")  # type: ignore[arg-type]
