@@ -50,6 +50,7 @@ from memstore.errors import (
 from memstore.models import (
     MAX_ID_LENGTH,
     ContextWindow,
+    Conversation,
     ConversationState,
     Message,
     StoredMessage,
@@ -713,6 +714,35 @@ def snapshot_pages(engine_url: Any) -> bool:
     """
     return not (engine_url.get_backend_name() == "sqlite"
                 and engine_url.database in (None, "", ":memory:"))
+
+
+class Pager:
+    """The keyset paging of a stream, shared by both stores (no I/O).
+
+    ``after`` is the seq the next page starts after (``None``: the first page). When
+    pages are separate reads (no held snapshot), the first page's header fixes how
+    many messages the stream returns, so rows appended meanwhile are not returned.
+    """
+
+    def __init__(self, size: int, snapshot: bool) -> None:
+        self.size = size
+        self.snapshot = snapshot
+        self.after: int | None = None
+        self._limit: int | None = None  # messages the header announced (separate reads)
+
+    def take(self, head: Conversation | None,
+             page: list[StoredMessage]) -> tuple[list[StoredMessage], bool]:
+        """The part of a page read to return, and whether another page follows."""
+        full = len(page) == self.size
+        if head is not None and not self.snapshot:
+            self._limit = head.message_count
+        if self._limit is not None:
+            page = page[:self._limit]
+            self._limit -= len(page)
+        more = full and self._limit != 0
+        if more:
+            self.after = page[-1].seq
+        return page, more
 
 
 def restore_plan(

@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from memstore.errors import InvalidInputError
 from memstore.models import Conversation, ConversationState, StoredMessage, Summary
 
-__all__ = ["is_file", "read_state", "write_state"]
+__all__ = ["StateWriter", "is_file", "read_state"]
 
 OPEN = ',"messages":['
 CLOSE = "]}"
@@ -38,24 +38,35 @@ def is_file(value: Any) -> bool:
     return hasattr(value, "readline") and hasattr(value, "read")
 
 
-def write_state(
-    fp: TextIO, conversation: Conversation, view: dict[str, Any] | None,
-    messages: Iterable[StoredMessage], summaries: Iterable[Summary] = (),
-) -> int:
-    """Write a snapshot to ``fp`` one message per line; returns how many messages."""
-    text = head_line(conversation, view, summaries)
-    fp.write(text)
-    count = 0
-    pending: str | None = None
-    for message in messages:
-        if pending is not None:
-            fp.write(pending + ",\n")
-        pending = message.model_dump_json()
-        count += 1
-    if pending is not None:
-        fp.write(pending + "\n")
-    fp.write(CLOSE + "\n")
-    return count
+class StateWriter:
+    """Writes a snapshot file incrementally (both stores' ``dump_state``).
+
+    The head line, then messages a page at a time (one per line), then the closing line.
+    """
+
+    def __init__(self, fp: TextIO, conversation: Conversation, view: dict[str, Any] | None,
+                 summaries: Iterable[Summary] = ()) -> None:
+        self._fp = fp
+        self._pending: str | None = None  # the last line, written once we know its comma
+        self.count = 0
+        fp.write(head_line(conversation, view, summaries))
+
+    def write(self, messages: Iterable[StoredMessage]) -> None:
+        """Write messages (in seq order) after those written so far."""
+        fp = self._fp
+        for message in messages:
+            if self._pending is not None:
+                fp.write(self._pending + ",\n")
+            self._pending = message.model_dump_json()
+            self.count += 1
+
+    def close(self) -> int:
+        """Write the last message and the closing line; returns how many messages."""
+        if self._pending is not None:
+            self._fp.write(self._pending + "\n")
+            self._pending = None
+        self._fp.write(CLOSE + "\n")
+        return self.count
 
 
 def head_line(

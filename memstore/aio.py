@@ -316,10 +316,8 @@ class AsyncMemoryStore:
         summaries: list[Summary] | None = None,
     ) -> AsyncGenerator[tuple[Conversation | None, list[StoredMessage]], None]:
         await self.setup()
-        snapshot = _base.snapshot_pages(self._engine.url)
+        pager = _base.Pager(size, _base.snapshot_pages(self._engine.url))
         conn: AsyncConnection | None = None
-        after: int | None = None
-        limit: int | None = None
         try:
             while True:
                 with translate_db_errors():
@@ -329,21 +327,15 @@ class AsyncMemoryStore:
                             **read_options(self._engine.dialect.name, snapshot=True))
                         await conn.begin()
                     head, page = await conn.run_sync(
-                        _ops.read_page, cid, start, stop, after, size,
-                        summaries if after is None else None)
-                    if not snapshot:
+                        _ops.read_page, cid, start, stop, pager.after, size,
+                        summaries if pager.after is None else None)
+                    if not pager.snapshot:
                         await conn.close()
                         conn = None
-                full = len(page) == size
-                if head is not None and not snapshot:
-                    limit = head.message_count
-                if limit is not None:
-                    page = page[:limit]
-                    limit -= len(page)
+                page, more = pager.take(head, page)
                 yield head, page
-                if not full or limit == 0:
+                if not more:
                     return
-                after = page[-1].seq
         finally:
             if conn is not None:
                 await conn.close()
@@ -363,20 +355,11 @@ class AsyncMemoryStore:
         try:
             head, first = await stream.__anext__()
             assert head is not None
-            fp.write(_stateio.head_line(head, config, summaries))
-            pending: str | None = None
-            for message in first:
-                if pending is not None:
-                    fp.write(pending + ",\n")
-                pending = message.model_dump_json()
+            writer = _stateio.StateWriter(fp, head, config, summaries)
+            writer.write(first)
             async for _, page in stream:
-                for message in page:
-                    if pending is not None:
-                        fp.write(pending + ",\n")
-                    pending = message.model_dump_json()
-            if pending is not None:
-                fp.write(pending + "\n")
-            fp.write(_stateio.CLOSE + "\n")
+                writer.write(page)
+            writer.close()
         finally:
             await stream.aclose()
         return head

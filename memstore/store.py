@@ -17,7 +17,7 @@ methods built from the same plans; only the ``await`` differs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
@@ -340,16 +340,14 @@ class MemoryStore:
     def _stream(
         self, cid: str, start: int | None, stop: int | None, size: int,
         summaries: list[Summary] | None = None,
-    ) -> Iterator[tuple[Conversation | None, list[StoredMessage]]]:
+    ) -> Generator[tuple[Conversation | None, list[StoredMessage]], None, None]:
         """Keyset pages from one snapshot; the first item carries the conversation.
 
         With ``summaries`` given, the first page also reads the conversation's
         summaries into that list (from the header's snapshot).
         """
-        snapshot = _base.snapshot_pages(self._engine.url)
+        pager = _base.Pager(size, _base.snapshot_pages(self._engine.url))
         conn: Connection | None = None
-        after: int | None = None
-        limit: int | None = None  # messages the header announced (per-page reads only)
         try:
             while True:
                 with translate_db_errors():
@@ -357,21 +355,15 @@ class MemoryStore:
                         conn = self._engine.connect()
                         conn.execution_options(**read_options(conn.dialect.name, snapshot=True))
                         conn.begin()
-                    head, page = _ops.read_page(conn, cid, start, stop, after, size,
-                                                summaries if after is None else None)
-                    if not snapshot:
+                    head, page = _ops.read_page(conn, cid, start, stop, pager.after, size,
+                                                summaries if pager.after is None else None)
+                    if not pager.snapshot:
                         conn.close()
                         conn = None
-                full = len(page) == size
-                if head is not None and not snapshot:
-                    limit = head.message_count
-                if limit is not None:
-                    page = page[:limit]
-                    limit -= len(page)
+                page, more = pager.take(head, page)
                 yield head, page
-                if not full or limit == 0:
+                if not more:
                     return
-                after = page[-1].seq
         finally:
             if conn is not None:
                 conn.close()
@@ -400,15 +392,16 @@ class MemoryStore:
         config = _base.view_config(_base.check_view(view) if view is not None else None)
         summaries: list[Summary] = []
         stream = self._stream(cid, None, None, size, summaries)
-        head, first = next(stream)
-        assert head is not None
-
-        def messages() -> Iterator[StoredMessage]:
-            yield from first
+        try:
+            head, first = next(stream)
+            assert head is not None
+            writer = _stateio.StateWriter(fp, head, config, summaries)
+            writer.write(first)
             for _, page in stream:
-                yield from page
-
-        _stateio.write_state(fp, head, config, messages(), summaries)
+                writer.write(page)
+            writer.close()
+        finally:
+            stream.close()
         return head
 
     def restore_state(

@@ -444,3 +444,49 @@ def test_mutated_exports_import_exactly_or_fail_cleanly(fuzz_store: MemoryStore,
         assert message.as_message() == expected.as_message()
         assert (message.seq, message.created_at) == (expected.seq, expected.created_at)
     fuzz_store.delete_conversation(target)
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_in_memory_streams_stop_at_the_count_their_header_announced(kind: str) -> None:
+    """An in-memory SQLite store reads each page on its own (no held snapshot): the first
+    page's header fixes how many messages come back, whatever is appended meanwhile."""
+    from memstore import AsyncMemoryStore
+
+    store: Any = (MemoryStore("sqlite://", counter=FixedCounter()) if kind == "sync"
+                  else AsyncMemoryStore("sqlite+aiosqlite://", counter=FixedCounter()))
+    await call(store.extend("c", [Message.user(f"m{i}") for i in range(10)]))
+    seqs = []
+    if kind == "sync":
+        for m in store.iter_messages("c", page_size=3):
+            seqs.append(m.seq)
+            if m.seq == 4:
+                store.extend("c", [Message.user("late")])
+    else:
+        async for m in store.iter_messages("c", page_size=3):
+            seqs.append(m.seq)
+            if m.seq == 4:
+                await store.extend("c", [Message.user("late")])
+    assert seqs == list(range(1, 11))
+    await call(store.close())
+
+
+def test_pager_trims_to_the_announced_count_and_stops() -> None:
+    from datetime import datetime, timezone
+
+    from memstore._base import Pager
+    from memstore.models import Conversation, StoredMessage
+
+    now = datetime.now(timezone.utc)
+
+    def page(*seqs: int) -> list[StoredMessage]:
+        return [StoredMessage(role="user", content="x", id=f"m{s}", conversation_id="c", seq=s,
+                              created_at=now, token_count=1, token_counter="f") for s in seqs]
+
+    head = Conversation(id="c", created_at=now, updated_at=now, message_count=5)
+    pager = Pager(3, snapshot=False)
+    got, more = pager.take(head, page(1, 2, 3))
+    assert [m.seq for m in got] == [1, 2, 3] and more and pager.after == 3
+    got, more = pager.take(None, page(4, 5, 6))  # 6 was appended after the header
+    assert [m.seq for m in got] == [4, 5] and not more
+    pager = Pager(3, snapshot=True)  # one snapshot: no trimming, a short page ends it
+    assert pager.take(head, page(1, 2, 3))[1] and not pager.take(None, page(4, 5))[1]
