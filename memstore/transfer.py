@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -62,6 +62,10 @@ __all__ = [
 
 #: The version of the line format written in every header's ``memstore_export``.
 EXPORT_VERSION = 1
+
+#: A record a line of a conversation holds.
+_Owned = TypeVar("_Owned", StoredMessage, Summary)
+
 #: Messages read per page on export.
 EXPORT_PAGE = 1000
 #: Messages written per batch on import (all batches of a conversation: one transaction).
@@ -331,30 +335,28 @@ def _message(line_no: int, line: dict[str, Any], cid: str, source: str | None) -
     ``source`` is the header's id: a line naming another conversation is an error.
     Without a header (``rename`` given) the line's own ``conversation_id`` is ignored.
     """
-    owner = line.get("conversation_id")
-    if source is not None and owner is not None and owner != source:
-        raise ImportFormatError(
-            line_no, f"the message belongs to conversation {owner!r}, not {source!r}"
-        )
-    try:
-        return StoredMessage.model_validate({**line, "conversation_id": cid})
-    except ValidationError as exc:
-        raise ImportFormatError(line_no, f"not a stored message: {exc}") from None
+    return _owned(line_no, line, cid, source, StoredMessage, "message", "a stored message")
 
 
 def _summary(line_no: int, line: dict[str, Any], cid: str, source: str | None) -> Summary:
     """A summary line as a Summary of conversation ``cid`` (owner checked as messages)."""
     _check_version(line_no, line)
     fields = {k: v for k, v in line.items() if k not in ("memstore_export", "type")}
+    return _owned(line_no, fields, cid, source, Summary, "summary", "a summary")
+
+
+def _owned(line_no: int, fields: dict[str, Any], cid: str, source: str | None,
+           model: type[_Owned], what: str, kind: str) -> _Owned:
+    """``fields`` validated as ``model`` of conversation ``cid`` (a line of ``source``)."""
     owner = fields.get("conversation_id")
     if source is not None and owner is not None and owner != source:
         raise ImportFormatError(
-            line_no, f"the summary belongs to conversation {owner!r}, not {source!r}"
+            line_no, f"the {what} belongs to conversation {owner!r}, not {source!r}"
         )
     try:
-        return Summary.model_validate({**fields, "conversation_id": cid})
+        return model.model_validate({**fields, "conversation_id": cid})
     except ValidationError as exc:
-        raise ImportFormatError(line_no, f"not a summary: {exc}") from None
+        raise ImportFormatError(line_no, f"not {kind}: {exc}") from None
 
 
 def _check_summary(
