@@ -35,8 +35,8 @@ from memstore._validate import (
     MAX_SEQ,
     MAX_TOKEN_COUNT,
     check_json,
+    check_json_size,
     check_size,
-    json_size,
     short_repr,
     text_problem,
     utf8_size,
@@ -316,7 +316,7 @@ def check_metadata(metadata: Any) -> dict[str, Any]:
         raise InvalidInputError(f"metadata must be a JSON object, not {type(metadata).__name__}")
     try:
         check_json(metadata, "metadata")
-        check_size(json_size(metadata), "metadata")
+        check_json_size(metadata, "metadata")
     except ValueError as exc:
         raise InvalidInputError(str(exc)) from None
     return dict(metadata)

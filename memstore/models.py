@@ -30,9 +30,9 @@ from memstore._validate import (
     MAX_SEQ,
     MAX_TOKEN_COUNT,
     check_json,
+    check_json_size,
     check_size,
     check_text,
-    json_size,
     short_repr,
     utf8_size,
 )
@@ -320,7 +320,7 @@ class Message(BaseModel):
         if (isinstance(self.content, list) and self.role != "user"
                 and any(not isinstance(part, TextPart) for part in self.content)):
             raise ValueError(f"a {self.role} message may only hold text parts")
-        check_size(_message_size(self), "the message (content, parts, tool calls and metadata)")
+        _check_message_size(self)
         return self
 
     # ---- convenience ------------------------------------------------------------------
@@ -453,8 +453,11 @@ def _is_empty(value: Any) -> bool:
     return value is None or (isinstance(value, (str, list, tuple)) and len(value) == 0)
 
 
-def _message_size(message: Message) -> int:
-    """What a message's strings and metadata take in UTF-8 (the record size bound)."""
+_MESSAGE_PARTS = "the message (content, parts, tool calls and metadata)"
+
+
+def _check_message_size(message: Message) -> None:
+    """Refuse a message whose strings and metadata take more than MAX_RECORD_BYTES."""
     content = message.content
     if isinstance(content, str):
         size = utf8_size(content)
@@ -466,9 +469,9 @@ def _message_size(message: Message) -> int:
     if message.tool_calls:
         size += sum(utf8_size(call.arguments) + len(call.name) + len(call.id)
                     for call in message.tool_calls)
+    check_size(size, _MESSAGE_PARTS)
     if message.metadata:
-        size += json_size(message.metadata)
-    return size
+        check_json_size(message.metadata, _MESSAGE_PARTS, size)
 
 
 class StoredMessage(Message):
@@ -545,7 +548,7 @@ class Conversation(BaseModel):
         if not isinstance(value, Mapping):
             raise ValueError(f"metadata must be a JSON object, not {type(value).__name__}")
         check_json(value, "metadata")
-        check_size(json_size(value), "metadata")
+        check_json_size(value, "metadata")
         return value
 
 

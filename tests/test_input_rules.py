@@ -14,6 +14,8 @@ from typing import Any
 
 import pydantic
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memstore import (
     AsyncMemoryStore,
@@ -542,3 +544,23 @@ async def test_a_summary_over_the_size_bound_is_refused_and_nothing_is_written(
     with pytest.raises(InvalidInputError, match="the summary is 67,108,865 bytes"):
         await call(store.summarize("c", lambda _: "s" * (MAX_RECORD_BYTES + 1), keep_tokens=10))
     assert await call(store.summaries("c")) == []
+
+
+_JSON_SCALARS = (st.none() | st.booleans() | st.integers(min_value=-(10**60), max_value=10**60)
+                 | st.floats(allow_nan=False, allow_infinity=False, min_value=-1e15,
+                             max_value=1e15).filter(lambda f: f != 0.0 or str(f) == "0.0")
+                 | st.text(alphabet=st.characters(blacklist_categories=("Cs",),
+                                                  blacklist_characters="\x00")))
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.recursive(_JSON_SCALARS, lambda inner: st.lists(inner, max_size=5)
+                    | st.dictionaries(st.text(max_size=8).filter(lambda k: "\x00" not in k
+                                                                 and k.isprintable()),
+                                      inner, max_size=5), max_leaves=30))
+def test_the_cheap_json_size_bound_is_never_below_the_exact_size(value: Any) -> None:
+    """Writes check sizes against the bound and serialise only when it might be over."""
+    from memstore._validate import json_size, json_size_bound
+
+    assert json_size_bound(value) >= json_size(value)
+    assert json_size_bound({"k": value}) >= json_size({"k": value})
