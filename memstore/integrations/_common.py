@@ -17,7 +17,7 @@ messages are two reads; a write landing between them leaves the result valid
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import Any, TypeVar, cast
 
 from pydantic import ValidationError
@@ -137,6 +137,23 @@ def _assemble(window: Sequence[StoredMessage | Message],
     return [*kept, *tail]
 
 
+def _history_steps(
+    window: Sequence[StoredMessage | Message],
+) -> Generator[int, Sequence[StoredMessage], list[StoredMessage | Message]]:
+    """The window plus the turn in progress, sans I/O (both readers below drive it).
+
+    Yields how many newest messages to read next (newest first) and receives them;
+    pages grow until the turn in progress is decided.
+    """
+    limit = _TAIL_PAGE
+    while True:
+        page = yield limit
+        tail = pending_turn(page, len(page) < limit)
+        if tail is not None:
+            return _assemble(window, tail)
+        limit *= 4
+
+
 def read_history_sync(store: MemoryStore, conversation_id: str,
                       view: ContextView) -> list[StoredMessage | Message]:
     """The window of ``view`` plus the turn in progress; ``[]`` for an unknown conversation."""
@@ -144,13 +161,13 @@ def read_history_sync(store: MemoryStore, conversation_id: str,
         window = store.window(conversation_id, view)
     except ConversationNotFoundError:
         return []
-    limit = _TAIL_PAGE
+    steps = _history_steps(window.messages)
+    limit = next(steps)
     while True:
-        page = store.messages(conversation_id, limit=limit, newest_first=True)
-        tail = pending_turn(page, len(page) < limit)
-        if tail is not None:
-            return _assemble(window.messages, tail)
-        limit *= 4
+        try:
+            limit = steps.send(store.messages(conversation_id, limit=limit, newest_first=True))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
 
 async def read_history(store: AnyStore, conversation_id: str,
@@ -162,13 +179,14 @@ async def read_history(store: AnyStore, conversation_id: str,
         window = await store.window(conversation_id, view)
     except ConversationNotFoundError:
         return []
-    limit = _TAIL_PAGE
+    steps = _history_steps(window.messages)
+    limit = next(steps)
     while True:
         page = await store.messages(conversation_id, limit=limit, newest_first=True)
-        tail = pending_turn(page, len(page) < limit)
-        if tail is not None:
-            return _assemble(window.messages, tail)
-        limit *= 4
+        try:
+            limit = steps.send(page)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
 
 async def run(store: AnyStore, call: Callable[[Any], T | Awaitable[T]]) -> T:
