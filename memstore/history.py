@@ -28,6 +28,12 @@ class HistorySource(Protocol):
 
     Every method returns messages in the order it names; seq ranges are half-open
     ``[start, stop)``. Implementations count the rows they return in ``rows_read``.
+
+    Optional (not part of the protocol, looked up with ``getattr``): a source that
+    reads ahead offers ``first_page_for(token_limit) -> int | None``, the first page a
+    view with that budget should ask for (the store on PostgreSQL returns the page its
+    first statement already brought); ``None``, or no such method, lets the view size
+    its first page from ``message_count`` and ``token_total``.
     """
 
     @property

@@ -412,7 +412,7 @@ def _budget_page(source: HistorySource, token_limit: int) -> int:
     ``token_limit / mean`` messages fit; 20 % and a few rows of slack make one read the
     common case. A wrong estimate costs only an extra page: later pages double.
     """
-    prefetched = getattr(source, "first_page_for", None)  # the store's SQL source
+    prefetched = getattr(source, "first_page_for", None)  # optional: see HistorySource
     if prefetched is not None:
         page: int | None = prefetched(token_limit)
         if page is not None:
