@@ -98,12 +98,17 @@ def run_without_transaction(conn: Connection, fn: Callable[..., T], args: tuple[
     For reads that validate themselves across statements and raise
     :class:`memstore._window.StaleRead` otherwise (the window path). SQLite connections
     already autocommit until memstore emits ``BEGIN``; a PostgreSQL connection is
-    switched to autocommit (a client-side flag, reset when the connection returns to
-    the pool), so no ``BEGIN``/``COMMIT`` round trips are made.
+    switched to autocommit (the driver's client-side flag, reset before the connection
+    is used otherwise, see :func:`memstore._rows.autocommit_on`), so no
+    ``BEGIN``/``COMMIT`` round trips are made.
     """
-    if conn.dialect.name == "postgresql":
-        conn.execution_options(isolation_level="AUTOCOMMIT")
-    return fn(conn, *args)
+    if conn.dialect.name != "postgresql":
+        return fn(conn, *args)
+    dbapi = _rows.autocommit_on(conn)
+    try:
+        return fn(conn, *args)
+    finally:
+        _rows.autocommit_off(conn, dbapi)
 
 
 def schema_needs_write(conn: Connection, mode: MigrateMode) -> bool:

@@ -19,6 +19,8 @@ from sqlalchemy import Connection, Row
 from memstore import _statements as q
 from memstore._rows import (
     Prepared,
+    autocommit_off,
+    autocommit_on,
     driver_error,
     message_row,
     new_message_id,
@@ -268,9 +270,7 @@ def _append_one_postgresql(
     now = utcnow()
     row = message_row(cid, 0, p, new_message_id(), counter, now)
     params = compiled.params({**_allocation(cid, now, [p]), **row})
-    conn.execution_options(isolation_level="AUTOCOMMIT")
-    dbapi = conn.connection.dbapi_connection
-    assert dbapi is not None
+    dbapi = autocommit_on(conn)
     try:
         cursor = dbapi.cursor()
         try:
@@ -280,6 +280,8 @@ def _append_one_postgresql(
             cursor.close()
     except conn.dialect.loaded_dbapi.Error as exc:
         raise driver_error(conn, exc, compiled.sql, params) from exc
+    finally:
+        autocommit_off(conn, dbapi)
     return stored_from_row_dict(row, p.message)
 
 

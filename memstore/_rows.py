@@ -32,6 +32,8 @@ from memstore.models import (
 
 __all__ = [
     "Prepared",
+    "autocommit_off",
+    "autocommit_on",
     "decode_raw",
     "driver_error",
     "message_row",
@@ -252,6 +254,33 @@ def driver_error(conn: Connection, exc: Exception, statement: str, params: Any) 
         connection_invalidated=gone, dialect=conn.dialect,
     )
 
+
+
+def autocommit_on(conn: Connection) -> Any:
+    """Switch a PostgreSQL connection's driver to autocommit; returns the DBAPI connection.
+
+    The direct read and append paths run each statement as its own transaction. Setting
+    the driver's flag costs a few microseconds; SQLAlchemy's
+    ``execution_options(isolation_level="AUTOCOMMIT")`` costs 20-40 more (it records the
+    characteristic and resets it on the way back to the pool), which is a tenth of a
+    warm window. Only the DBAPI cursor runs statements in between, never SQLAlchemy,
+    and :func:`autocommit_off` restores the flag before the connection is used again.
+    Requires a connection with no transaction open (a fresh checkout).
+    """
+    dbapi = conn.connection.dbapi_connection
+    assert dbapi is not None  # a checked-out, open connection
+    dbapi.autocommit = True
+    return dbapi
+
+
+def autocommit_off(conn: Connection, dbapi: Any) -> None:
+    """Undo :func:`autocommit_on`; a connection that cannot be reset is invalidated."""
+    try:
+        dbapi.autocommit = False
+    except conn.dialect.loaded_dbapi.Error as exc:
+        # (a lost connection: already invalidated by driver_error, or it is now)
+        if not conn.invalidated:
+            conn.invalidate(exc)
 
 
 def to_summary(row: Sequence[Any]) -> Summary:

@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import event
 
 from memstore import TokenLimitedView, _ops, _window
-from memstore.errors import ConflictError
+from memstore.errors import ConflictError, ConversationNotFoundError
 from memstore.models import ImagePart, ImageURL, Message, TextPart, ToolCall
 from tests.helpers import call
 
@@ -105,6 +105,35 @@ async def test_client_ids_keep_their_guarantees_next_to_direct_appends(store: An
     with pytest.raises(ConflictError):
         await call(store.append("c", Message.user("different", id="x")))
     assert [m.seq for m in await call(store.messages("c"))] == [1, 2, 3]
+
+
+async def test_direct_paths_return_connections_out_of_autocommit(store: Any) -> None:
+    """PostgreSQL's direct window and append switch the driver to autocommit by its own
+    flag; every connection must be back out of it before the pool hands it on, or a
+    later multi-statement write would commit statement by statement."""
+    engine = _sync_engine(store)
+    if engine.dialect.name != "postgresql":
+        pytest.skip("autocommit is a PostgreSQL driver flag")
+    states: list[bool] = []
+
+    def checkin(dbapi_connection: Any, record: Any) -> None:
+        states.append(bool(dbapi_connection.autocommit))
+
+    event.listen(engine.pool, "checkin", checkin)
+    try:
+        await call(store.append("c", Message.user("a")))
+        await call(store.window("c", TokenLimitedView(1_000)))
+        with pytest.raises(ConversationNotFoundError):
+            await call(store.window("missing", TokenLimitedView(1_000)))
+        # Then a failing multi-statement write: all or nothing, as in a transaction.
+        await call(store.append("c", Message.user("b", id="x")))
+        with pytest.raises(ConflictError):
+            await call(store.extend("c", [Message.user("new", id="y"),
+                                          Message.user("changed", id="x")]))
+    finally:
+        event.remove(engine.pool, "checkin", checkin)
+    assert states and not any(states)
+    assert [m.content for m in await call(store.messages("c"))] == ["a", "b"]
 
 
 async def test_direct_append_creates_the_conversation_with_an_epoch(store: Any) -> None:
