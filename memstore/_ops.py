@@ -257,7 +257,7 @@ def append_direct_one(
 
 
 def _allocation(cid: str, now: datetime, batch: Sequence[Prepared]) -> dict[str, Any]:
-    return {"cid": cid, "now": now, "meta": {}, "count": len(batch),
+    return {"cid": cid, "now": now, "count": len(batch),
             "tokens": sum(p.token_count for p in batch),
             "max_score": max(1.0, *(p.message.score for p in batch)),
             "epoch": q.new_epoch()}

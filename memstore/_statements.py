@@ -127,9 +127,11 @@ def _allocate_statement(dialect: str) -> Any:
         id=bindparam("cid", type_=String()),
         created_at=bindparam("now", type_=conversations.c.created_at.type),
         updated_at=bindparam("now", type_=conversations.c.updated_at.type),
-        metadata=bindparam("meta", type_=conversations.c.metadata.type),
+        # Constants are literals, not parameters: every parameter costs the driver an
+        # adaptation per execution (the append's statement is run once per message).
+        metadata=literal_column("'{}'"),
         epoch=bindparam("epoch", type_=BigInteger()),
-        first_seq=1,
+        first_seq=literal_column("1"),
         last_seq=bindparam("count", type_=BigInteger()),
         token_count=bindparam("tokens", type_=BigInteger()),
         max_score=bindparam("max_score", type_=conversations.c.max_score.type),
@@ -144,8 +146,9 @@ def _allocate_statement(dialect: str) -> Any:
                               else_=C.max_score),
             # A conversation from before migration 0002 (epoch 0) gets a real epoch on
             # its first write by this version; later appends keep it.
-            "epoch": case((C.epoch == 0, excluded.epoch), else_=C.epoch),
-            "updated_at": case((excluded.last_seq > 0, excluded.updated_at), else_=C.updated_at),
+            "epoch": case((C.epoch == literal_column("0"), excluded.epoch), else_=C.epoch),
+            "updated_at": case((excluded.last_seq > literal_column("0"), excluded.updated_at),
+                               else_=C.updated_at),
         },
     ).returning(C.last_seq)
 
@@ -165,7 +168,7 @@ def allocate_seqs(
     stmt = _ALLOCATE.get(dialect)
     if stmt is None:
         stmt = _ALLOCATE[dialect] = _allocate_statement(dialect)
-    return stmt, {"cid": cid, "now": now, "meta": {}, "count": count, "tokens": tokens,
+    return stmt, {"cid": cid, "now": now, "count": count, "tokens": tokens,
                   "max_score": max_score, "epoch": new_epoch()}
 
 
@@ -440,7 +443,11 @@ def _write_statements(dialect: str) -> dict[str, Any]:
         # One statement: allocate the seq on the conversation row (creating it, taking
         # its row lock until the statement commits) and insert the message at it.
         alloc = _allocate_statement(dialect).cte("alloc")
-        values = select(*[alloc.c.last_seq if c.name == "seq" else row[c.name] for c in cols])
+        # The conversation id and the timestamp are the allocation's own parameters.
+        shared = {"seq": alloc.c.last_seq,
+                  "conversation_id": bindparam("cid", type_=M.conversation_id.type),
+                  "created_at": bindparam("now", type_=M.created_at.type)}
+        values = select(*[shared.get(c.name, row[c.name]) for c in cols])
         out["append_one"] = (
             postgresql.insert(messages)
             .from_select([c.name for c in cols], values.select_from(alloc))
