@@ -24,6 +24,7 @@ from memstore._rows import (
     driver_error,
     message_row,
     new_message_id,
+    new_message_ids,
     stored_from_row_dict,
     to_conversation,
     to_stored,
@@ -315,8 +316,9 @@ def _append_batch(
             # awaits the driver, so the event loop runs between chunks.
             for start in range(0, len(batch), INSERT_CHUNK):
                 chunk = batch[start:start + INSERT_CHUNK]
-                rows = [message_row(cid, first + start + offset, p, new_message_id(), counter,
-                                    now) for offset, p in enumerate(chunk)]
+                ids = new_message_ids(len(chunk))
+                rows = [message_row(cid, first + start + offset, p, ids[offset], counter, now)
+                        for offset, p in enumerate(chunk)]
                 params = [insert.row_params(row, memo) for row in rows]
                 if len(params) == 1:
                     cursor.execute(statement, params[0])

@@ -8,6 +8,7 @@ callers get pydantic models.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import time
 from collections.abc import Mapping, Sequence
@@ -38,6 +39,7 @@ __all__ = [
     "driver_error",
     "message_row",
     "new_message_id",
+    "new_message_ids",
     "sqlite_time",
     "stored_from_row_dict",
     "to_conversation",
@@ -68,6 +70,25 @@ def new_message_id() -> str:
     value = (value & ~(0x3 << 62)) | (0x2 << 62)  # RFC 9562 variant
     h = f"{value:032x}"  # str(uuid.UUID(int=value)), without building the UUID object
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def new_message_ids(n: int) -> list[str]:
+    """``n`` ids as :func:`new_message_id` makes them, for one batch: one clock read and
+    one read of the system's random source for all of them."""
+    ms = (time.time_ns() // 1_000_000 & 0xFFFF_FFFF_FFFF) << 80
+    rand = int.from_bytes(os.urandom(10 * n), "big") if n else 0
+    out = []
+    for _ in range(n):
+        value = ms | (rand & _RAND80)
+        rand >>= 80
+        value = (value & ~(0xF << 76)) | (0x7 << 76)  # version 7
+        value = (value & ~(0x3 << 62)) | (0x2 << 62)  # RFC 9562 variant
+        h = f"{value:032x}"
+        out.append(f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")
+    return out
+
+
+_RAND80 = (1 << 80) - 1
 
 
 def utcnow() -> datetime:

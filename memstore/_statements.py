@@ -8,6 +8,7 @@ Every statement here is scoped to one conversation id except
 from __future__ import annotations
 
 import functools
+import operator
 import secrets
 from datetime import datetime
 from typing import Any, cast
@@ -464,7 +465,7 @@ class CompiledSQL:
     would apply them: the write path sends Python values.
     """
 
-    __slots__ = ("defaults", "positions", "processors", "sql", "steps")
+    __slots__ = ("defaults", "getter", "positions", "processed", "processors", "sql", "steps")
 
     def __init__(self, statement: Any, dialect: Dialect, *, process: bool = False) -> None:
         compiled = statement.compile(dialect=dialect)
@@ -486,9 +487,16 @@ class CompiledSQL:
         # Positional, each name bound once, no defaults (an INSERT's row): one step per
         # position, its processor looked up once here (see row_params).
         self.steps: tuple[tuple[str, Any], ...] | None = None
+        #: For ``steps``: every position's value in one call, then the positions that
+        #: have a processor.
+        self.getter: Any = None
+        self.processed: tuple[tuple[int, str, Any], ...] = ()
         if (self.positions is not None and not self.defaults
                 and len(set(self.positions)) == len(self.positions)):
             self.steps = tuple((name, self.processors.get(name)) for name in self.positions)
+            self.getter = operator.itemgetter(*self.positions)
+            self.processed = tuple((i, name, proc) for i, (name, proc) in enumerate(self.steps)
+                                   if proc is not None)
 
     def row_params(self, values: dict[str, Any], memo: dict[str, tuple[Any, Any]]) -> Any:
         """:meth:`params` for one row of a batch (positional, every name in ``values``).
@@ -497,22 +505,20 @@ class CompiledSQL:
         same object as the previous row's (the batch's one timestamp) is not processed
         again.
         """
-        steps = self.steps
-        if steps is None:
+        if self.steps is None:
             return self.params(values)
-        out = []
-        for name, proc in steps:
-            v = values[name]
-            if proc is not None and v is not None:
+        out = list(self.getter(values))
+        for i, name, proc in self.processed:
+            v = out[i]
+            if v is not None:
                 seen = memo.get(name)
                 if seen is not None and seen[0] is v:
-                    v = seen[1]
+                    out[i] = seen[1]
                 else:
                     processed = proc(v)
                     memo[name] = (v, processed)
-                    v = processed
-            out.append(v)
-        return tuple(out)
+                    out[i] = processed
+        return out
 
     def params(self, values: dict[str, Any]) -> Any:
         """Parameters in the driver's paramstyle."""

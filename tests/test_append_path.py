@@ -66,6 +66,7 @@ async def test_failed_direct_append_writes_nothing(store: Any, monkeypatch: Any,
     # Every new row gets the stored row's message id: the insert violates
     # UNIQUE(conversation_id, message_id) after the seq was allocated.
     monkeypatch.setattr(_ops, "new_message_id", lambda: first.id)
+    monkeypatch.setattr(_ops, "new_message_ids", lambda n: [first.id] * n)
     with pytest.raises(ConflictError):
         await call(store.extend("c", [Message.user(f"n{i}") for i in range(size)]))
     monkeypatch.undo()

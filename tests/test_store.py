@@ -380,3 +380,13 @@ async def test_store_assigned_ids_are_time_ordered_uuids(store: Any) -> None:
     assert first.id < second.id  # the millisecond timestamp leads
     given = await call(store.append("c", Message.user("three", id="client-7")))
     assert given.id == "client-7"
+    # A batch's ids (made together, see _rows.new_message_ids) are the same kind: distinct
+    # version 7 UUIDs after the earlier ones, in canonical text form.
+    await asyncio.sleep(0.002)
+    batch = await call(store.extend("c", [Message.user(f"b{i}") for i in range(300)]))
+    parsed = [uuid.UUID(m.id) for m in batch]
+    assert {i.version for i in parsed} == {7}
+    assert {i.variant for i in parsed} == {uuid.RFC_4122}
+    assert [str(i) for i in parsed] == [m.id for m in batch]
+    assert len({m.id for m in batch}) == 300
+    assert min(m.id for m in batch) > second.id
