@@ -73,8 +73,10 @@ def new_message_id() -> str:
 
 
 def new_message_ids(n: int) -> list[str]:
-    """``n`` ids as :func:`new_message_id` makes them, for one batch: one clock read and
-    one read of the system's random source for all of them."""
+    """``n`` ids as :func:`new_message_id` makes them, for one batch.
+
+    One clock read and one read of the system's random source for all of them.
+    """
     ms = (time.time_ns() // 1_000_000 & 0xFFFF_FFFF_FFFF) << 80
     rand = int.from_bytes(os.urandom(10 * n), "big") if n else 0
     out = []
@@ -163,14 +165,16 @@ def _tool_calls(calls: list[dict[str, Any]]) -> list[ToolCall]:
             for c in calls]
 
 
-def decode_raw(row: Any, dialect: str) -> StoredMessage:
-    """Build a StoredMessage from a driver row of MESSAGE_COLUMNS (no SQLAlchemy types).
+def decode_raw(row: Any, dialect: str, cid: str) -> StoredMessage:
+    """Build a StoredMessage from a driver row of WINDOW_COLUMNS (no SQLAlchemy types).
+
+    The row has no conversation id: the window reading it knows it (``cid``).
 
     SQLite returns JSON as text and timestamps as naive UTC text; psycopg returns
     decoded JSONB and aware timestamps. This runs once per row a window reads: one
     function, no intermediate copies.
     """
-    (cid, seq, mid, role, text, parts, name, calls, call_id, score, pinned, tokens, counter,
+    (seq, mid, role, text, parts, name, calls, call_id, score, pinned, tokens, counter,
      created_at, meta) = row
     if dialect == "sqlite":
         if parts is not None:

@@ -105,7 +105,7 @@ class SQLHistory(SourceBase):
             # The conversation row with each anchored message, chronological (the
             # compound statement has no order): the row without one sorts first.
             rows = sorted((r for r in both if r[6] == 0),
-                          key=lambda r: -1 if r[offset + 1] is None else int(r[offset + 1]))
+                          key=lambda r: -1 if r[offset] is None else int(r[offset]))
             page_rows = [r for r in both if r[6] != 0]
         if not rows:
             raise ConversationNotFoundError(cid)
@@ -139,18 +139,18 @@ class SQLHistory(SourceBase):
         for r in rows:
             if r[offset] is None:  # the outer join's row when nothing is anchored
                 continue
-            message = self._known.get(int(r[offset + 1]))
+            message = self._known.get(int(r[offset]))
             if message is None:
-                message = decode_raw(r[offset:], self._decode)
+                message = decode_raw(r[offset:], self._decode, cid)
                 self._add(message)
             self._anchored.append(message)
         self._anchored_cached = len(self._anchored) - self._decoded
         # Prefetched rows not returned yet: read from the database, not from the cache.
         self._prefetched: set[int] = set()
         for r in page_rows:
-            seq = int(r[offset + 1])
+            seq = int(r[offset])
             if seq not in self._known:  # an anchored row is in both parts
-                self._add(decode_raw(r[offset:], self._decode))
+                self._add(decode_raw(r[offset:], self._decode, cid))
                 self._prefetched.add(seq)
         self._newest: datetime | None = None
         self._newest_loaded = False
@@ -233,7 +233,7 @@ class SQLHistory(SourceBase):
         else:
             rows = self._execute("range", {"cid": self._cid, "start": start, "stop": stop})
         for r in rows:
-            self._add(decode_raw(r, self._decode))
+            self._add(decode_raw(r, self._decode, self._cid))
 
     def _range(self, start: int, stop: int) -> list[StoredMessage]:
         """Messages in ``[start, stop)`` (clipped to the stored range), chronological."""

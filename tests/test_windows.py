@@ -161,9 +161,9 @@ def test_window_reads_grow_with_the_window_not_the_history(db_url: str) -> None:
     rows = {"n": 0}
     real = _window.decode_raw
 
-    def counting(row: Any, dialect: str) -> Any:
+    def counting(row: Any, dialect: str, cid: str) -> Any:
         rows["n"] += 1
-        return real(row, dialect)
+        return real(row, dialect, cid)
 
     for view in (TokenLimitedView(4000), ScoreBasedView(4000), HeadAndTailView(20, 40)):
         results = {}
@@ -225,9 +225,9 @@ def test_hot_queries_use_the_indexes_on_sqlite(tmp_path: Any) -> None:
 
     store = MemoryStore(f"sqlite:///{tmp_path / 'plan.db'}", counter=FixedCounter())
     store.extend("c", conversation(20))
-    values = {"cid": "c", "before": 10, "limit": 5, "start": 1, "stop": 5}
+    values = {"cid": "c", "start": 1, "stop": 5, "epoch": 1}
     with store.engine.connect() as conn:
-        for name in ("conversation", "newest_first", "range"):
+        for name in ("conversation", "range", "range_checked"):
             compiled = q.hot(conn.dialect, name)
             params = compiled.params({k: v for k, v in values.items()
                                       if compiled.positions is None or k in compiled.positions})
