@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Row
+from sqlalchemy.util import await_only
 
 from memstore import _statements as q
 from memstore._rows import (
@@ -291,12 +292,15 @@ def _append_batch(
 ) -> list[StoredMessage]:
     """Allocate and insert ``batch`` in one transaction on the DBAPI cursor.
 
-    SQLite: ``BEGIN IMMEDIATE`` ... ``COMMIT`` (memstore drives SQLite's transactions);
-    PostgreSQL: the driver's implicit transaction, committed or rolled back here.
+    SQLite: ``BEGIN IMMEDIATE``, the allocation, an ``executemany`` of the INSERT,
+    ``COMMIT`` (memstore drives SQLite's transactions). PostgreSQL: the allocation and
+    one ``COPY ... FROM STDIN`` of the rows in the driver's implicit transaction,
+    committed or rolled back here.
     """
     sqlite = conn.dialect.name == "sqlite"
     allocate = q.hot_write(conn.dialect, "allocate")
     insert = q.hot_write(conn.dialect, "insert")
+    copy = None if sqlite else q.copy_messages(conn.dialect)
     now = utcnow()
     results: list[StoredMessage] = []
     dbapi = conn.connection.dbapi_connection
@@ -319,11 +323,16 @@ def _append_batch(
                 ids = new_message_ids(len(chunk))
                 rows = [message_row(cid, first + start + offset, p, ids[offset], counter, now)
                         for offset, p in enumerate(chunk)]
-                params = [insert.row_params(row, memo) for row in rows]
-                if len(params) == 1:
-                    cursor.execute(statement, params[0])
+                if copy is not None:
+                    statement = copy.sql
+                    params = [copy.row(row, memo) for row in rows]
+                    _copy_rows(conn, copy.sql, params)
                 else:
-                    cursor.executemany(statement, params)
+                    params = [insert.row_params(row, memo) for row in rows]
+                    if len(params) == 1:
+                        cursor.execute(statement, params[0])
+                    else:
+                        cursor.executemany(statement, params)
                 results.extend(stored_from_row_dict(row, p.message)
                                for row, p in zip(rows, chunk))
             statement, params = "COMMIT", None
@@ -344,6 +353,27 @@ def _append_batch(
     finally:
         cursor.close()
     return results
+
+
+def _copy_rows(conn: Connection, sql: str, rows: list[list[Any]]) -> None:
+    """``COPY ... FROM STDIN`` of ``rows`` on the psycopg connection, in its transaction.
+
+    On asyncio the driver's own async cursor runs it (SQLAlchemy's sync adapter of
+    the connection has no ``copy``), awaited from inside ``run_sync``.
+    """
+    driver = conn.connection.driver_connection
+    if conn.dialect.is_async:
+        await_only(_copy_rows_async(driver, sql, rows))
+        return
+    with driver.cursor() as cursor, cursor.copy(sql) as copy:  # type: ignore[union-attr]
+        for row in rows:
+            copy.write_row(row)
+
+
+async def _copy_rows_async(driver: Any, sql: str, rows: list[list[Any]]) -> None:
+    async with driver.cursor() as cursor, cursor.copy(sql) as copy:
+        for row in rows:
+            await copy.write_row(row)
 
 
 def set_score(conn: Connection, cid: str, seq: int, score: float) -> StoredMessage:

