@@ -175,7 +175,6 @@ def append_messages(
         last = conn.execute(*q.allocate_seqs(dialect, cid, now, len(fresh), tokens, top)
                             ).scalar_one()
         first_seq = int(last) - len(fresh) + 1
-        insert = q.insert_messages()
         # Build, insert and wrap one chunk at a time: on asyncio each chunk's execute
         # awaits the driver, so the event loop runs between chunks.
         for start in range(0, len(fresh), INSERT_CHUNK):
@@ -185,7 +184,7 @@ def append_messages(
                 p = batch[i]
                 mid = p.message.id if p.message.id is not None else new_message_id()
                 rows.append(message_row(cid, first_seq + offset, p, mid, counter, now))
-            conn.execute(insert, rows)
+            insert_message_rows(conn, rows)
             for i, row in zip(chunk, rows):
                 results[i] = stored_from_row_dict(row, batch[i].message)
     for i, j in repeats.items():
@@ -353,6 +352,25 @@ def _append_batch(
     finally:
         cursor.close()
     return results
+
+
+def insert_message_rows(conn: Connection, rows: list[dict[str, Any]]) -> None:
+    """Insert message rows (:func:`message_row` dicts) inside the open transaction.
+
+    PostgreSQL: one ``COPY ... FROM STDIN`` (see :class:`memstore._statements.CopyMessages`);
+    a driver error is wrapped as SQLAlchemy would, so it is translated the same way.
+    SQLite: an ``executemany`` of the INSERT.
+    """
+    if conn.dialect.name != "postgresql":
+        conn.execute(q.insert_messages(), rows)
+        return
+    copy = q.copy_messages(conn.dialect)
+    memo: dict[str, tuple[Any, Any]] = {}
+    values = [copy.row(row, memo) for row in rows]
+    try:
+        _copy_rows(conn, copy.sql, values)
+    except conn.dialect.loaded_dbapi.Error as exc:
+        raise driver_error(conn, exc, copy.sql, None) from exc
 
 
 def _copy_rows(conn: Connection, sql: str, rows: list[list[Any]]) -> None:
@@ -558,7 +576,7 @@ def load_state(
                            m.created_at)
         rows.append(row)
     for start in range(0, len(rows), INSERT_CHUNK):
-        conn.execute(q.insert_messages(), rows[start:start + INSERT_CHUNK])
+        insert_message_rows(conn, rows[start:start + INSERT_CHUNK])
     if existing is None or replace:
         write_state_summaries(conn, cid, state.summaries)
     return to_conversation(_conversation_row(conn, cid))
@@ -753,7 +771,7 @@ class Loader:
             for m, seq, (n, name) in zip(batch, seqs, counted)
         ]
         for start in range(0, len(rows), INSERT_CHUNK):
-            self.conn.execute(q.insert_messages(), rows[start:start + INSERT_CHUNK])
+            insert_message_rows(self.conn, rows[start:start + INSERT_CHUNK])
         self.written += len(rows)
 
     def _new_only(self, batch: Sequence[StoredMessage]) -> list[StoredMessage]:

@@ -6,7 +6,6 @@ from datetime import timezone
 from typing import Any
 
 import pytest
-from sqlalchemy import event
 
 from memstore.errors import (
     ConflictError,
@@ -269,21 +268,20 @@ async def test_extend_with_forced_database_error_rolls_back(store: Any, monkeypa
     before = await _contents(store, "c")
     conv_before = await call(store.get_conversation("c"))
     monkeypatch.setattr(_ops, "INSERT_CHUNK", 2)
-    engine = _sync_engine(store)
     seen = {"inserts": 0}
+    real_insert = _ops.insert_message_rows
 
-    def fail_on_second_chunk(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if statement.lstrip().upper().startswith("INSERT INTO MEMSTORE_MESSAGES"):
-            seen["inserts"] += 1
-            if seen["inserts"] == 2:
-                raise RuntimeError("forced failure half way through the batch")
+    def fail_on_second_chunk(conn: Any, rows: Any) -> None:
+        # (INSERT on SQLite, COPY on PostgreSQL: one call per chunk either way)
+        seen["inserts"] += 1
+        if seen["inserts"] == 2:
+            raise RuntimeError("forced failure half way through the batch")
+        real_insert(conn, rows)
 
-    event.listen(engine, "before_cursor_execute", fail_on_second_chunk)
-    try:
-        with pytest.raises((RuntimeError, DatabaseError)):
-            await call(store.extend("c", [Message.user(f"n{i}") for i in range(5)]))
-    finally:
-        event.remove(engine, "before_cursor_execute", fail_on_second_chunk)
+    monkeypatch.setattr(_ops, "insert_message_rows", fail_on_second_chunk)
+    with pytest.raises((RuntimeError, DatabaseError)):
+        await call(store.extend("c", [Message.user(f"n{i}") for i in range(5)]))
+    monkeypatch.undo()
     assert seen["inserts"] == 2  # the first chunk was really written before the failure
     assert await _contents(store, "c") == before
     assert await call(store.get_conversation("c")) == conv_before
