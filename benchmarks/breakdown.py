@@ -1,0 +1,244 @@
+"""Where a cold window and an append spend their time, by layer: ``python -m benchmarks.breakdown``.
+
+The deployment phases (``--phases tenants,append``) report memstore against the raw-SQL
+floor. This splits memstore's side into layers, each **timed alternately with the others
+and with the floor in one process**, so the layers can be compared with each other:
+
+windows (``cache_size=0``, a random one of ``--conversations`` × 300 messages, 4k budget)
+    ``floor``: the floor's whole window. ``sql``: memstore's own statements for that
+    window (recorded from a real window, replayed on a bare driver connection, rows
+    fetched, nothing decoded). ``sql+decode``: the same, and every row turned into a
+    ``StoredMessage``. ``window``: ``store.window``. The differences are the decoding and
+    everything above it (views, units, report, connection pool, validation).
+appends (one message to a random one of 50 conversations)
+    ``floor``: the floor's insert, tokenizing included. ``sql``: memstore's own
+    statements for one append on a bare driver connection, with parameters built
+    beforehand (PostgreSQL: one statement in autocommit; SQLite: ``BEGIN IMMEDIATE``,
+    allocation, insert, ``COMMIT``). ``append``: ``store.append``, tokenizing included.
+
+Example::
+
+    python -m benchmarks.breakdown --db sqlite,postgres --conversations 400
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import sqlite3
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks.deploy import BUDGET, DURABILITY, _floor, _messages, tenant_id
+from benchmarks.systems.base import Context, DbTarget, WindowSpec
+from benchmarks.tokens import counters, prime_tiktoken_cache
+from benchmarks.worker import create_db, drop_db, settle_and_measure
+
+HERE = Path(__file__).resolve().parent
+
+
+def _alternate(cases: dict[str, Callable[[str], Any]], keys: list[str]) -> dict[str, float]:
+    """Median ms of each case over ``keys``, the cases' order rotated every round."""
+    names = list(cases)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for r, key in enumerate(keys):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            t0 = time.perf_counter()
+            cases[n](key)
+            times[n].append(time.perf_counter() - t0)
+    return {n: statistics.median(xs) * 1000 for n, xs in times.items()}
+
+
+def _raw_connection(db: DbTarget) -> Any:
+    if db.kind == "sqlite":
+        return sqlite3.connect(str(db.sqlite_path), isolation_level=None)
+    import psycopg
+
+    return psycopg.connect(db.libpq_dsn, autocommit=True)
+
+
+def _recorded_statements(store: Any, cid: str, view: Any) -> list[tuple[str, dict[str, Any]]]:
+    """The hot statements (name, values) one window of ``cid`` runs."""
+    from memstore import _window
+
+    seen: list[tuple[str, dict[str, Any]]] = []
+    real = _window.SQLHistory._execute
+
+    def record(self: Any, name: str, values: dict[str, Any]) -> Any:
+        seen.append((name, dict(values)))
+        return real(self, name, values)
+
+    _window.SQLHistory._execute = record  # type: ignore[method-assign]
+    try:
+        store.window(cid, view)
+    finally:
+        _window.SQLHistory._execute = real  # type: ignore[method-assign]
+    return seen
+
+
+#: Where the message columns start in each hot statement's rows (see memstore._window).
+_MESSAGE_OFFSET = {"conversation": 5, "conversation_page": 7, "range": 0, "range_checked": 0,
+                   "latest_summary": None}
+
+
+def windows(db: DbTarget, ctx: Context, n: int, rounds: int, seed: int) -> dict[str, float]:
+    """The window layers' medians (ms)."""
+    from memstore import MemoryStore, Message, TokenLimitedView
+    from memstore import _statements as q
+    from memstore._rows import decode_raw
+
+    counter = ctx.reference.counter  # type: ignore[attr-defined]
+    loader = MemoryStore(db.url(), counter=counter, migrate="upgrade", durability=DURABILITY)
+    floor = _floor(db, ctx)
+    for i in range(n):
+        msgs = _messages(seed, 10_000 + i, 300)
+        loader.extend(tenant_id(i), [Message.from_openai(m) for m in msgs])
+        floor.import_chunk(tenant_id(i), msgs, main=False)
+    loader.close()
+    settle_and_measure(db)
+    store = MemoryStore(db.url(), counter=counter, migrate="check", cache_size=0,
+                        durability=DURABILITY)
+    view = TokenLimitedView(BUDGET)
+    pf = floor.prepare("", WindowSpec("token_limited", BUDGET))
+    dialect = store.engine.dialect
+    kind = "sqlite" if db.kind == "sqlite" else "postgresql"
+    raw = _raw_connection(db)
+    plans = {}
+    for i in range(n):
+        cid = tenant_id(i)
+        plans[cid] = [(name, q.hot(dialect, name), q.hot(dialect, name).params(values))
+                      for name, values in _recorded_statements(store, cid, view)]
+
+    def replay(cid: str, decode: bool) -> None:
+        for name, compiled, params in plans[cid]:
+            rows = raw.execute(compiled.sql, params).fetchall()
+            offset = _MESSAGE_OFFSET[name]
+            if decode and offset is not None:
+                for r in rows:
+                    if r[offset] is not None:
+                        decode_raw(r[offset:], kind, cid)
+
+    rng = random.Random(seed)
+    keys = [tenant_id(rng.randrange(n)) for _ in range(rounds)]
+    cases: dict[str, Callable[[str], Any]] = {
+        "floor": lambda c: floor.fetch(c, pf),
+        "sql": lambda c: replay(c, False),
+        "sql+decode": lambda c: replay(c, True),
+        "window": lambda c: store.window(c, view),
+    }
+    _alternate(cases, keys[: rounds // 5])  # warm the page cache and the prepared statements
+    out = _alternate(cases, keys)
+    store.close()
+    floor.close()
+    raw.close()
+    return out
+
+
+def appends(db: DbTarget, ctx: Context, rounds: int, seed: int) -> dict[str, float]:
+    """The append layers' medians (ms)."""
+    from benchmarks.workload import _Gen
+    from memstore import MemoryStore, Message, _ops
+    from memstore import _statements as q
+    from memstore._rows import Prepared, message_row, new_message_id, utcnow
+
+    counter = ctx.reference.counter  # type: ignore[attr-defined]
+    store = MemoryStore(db.url(), counter=counter, migrate="upgrade", durability=DURABILITY)
+    floor = _floor(db, ctx)
+    for i in range(50):
+        msgs = _messages(seed, 20_000 + i, 50)
+        store.extend(f"app-{i}", [Message.from_openai(m) for m in msgs])
+        floor.import_chunk(f"app-{i}", msgs, main=False)
+    floor._next_seq.clear()  # type: ignore[attr-defined]
+    settle_and_measure(db)
+    dialect = store.engine.dialect
+    raw = _raw_connection(db)
+    if db.kind == "sqlite":
+        raw.execute("PRAGMA synchronous=NORMAL")  # the store's durability="normal"
+    gen = _Gen(seed + 7, 999, 3 * rounds)
+    msgs = [gen.user() if i % 2 == 0 else gen.assistant() for i in range(3 * rounds)]
+    rng = random.Random(seed + 1)
+    keys = [str(i) for i in range(rounds)]
+    cids = [f"app-{rng.randrange(50)}" for _ in range(rounds)]
+    prepared = [Prepared(Message.from_openai(m), counter.count_message(Message.from_openai(m)))
+                for m in msgs[rounds:2 * rounds]]
+
+    def sql(k: str) -> None:
+        i = int(k)
+        cid, p, now = cids[i], prepared[i], utcnow()
+        row = message_row(cid, 0, p, new_message_id(), counter.name, now)
+        alloc = _ops._allocation(cid, now, [p])
+        if db.kind != "sqlite":
+            one = q.hot_write(dialect, "append_one")
+            raw.execute(one.sql, one.params({**alloc, **row})).fetchall()
+            return
+        allocate, insert = q.hot_write(dialect, "allocate"), q.hot_write(dialect, "insert")
+        raw.execute("BEGIN IMMEDIATE")
+        row["seq"] = raw.execute(allocate.sql, allocate.params(alloc)).fetchall()[0][0]
+        raw.execute(insert.sql, insert.row_params(row, {}))
+        raw.execute("COMMIT")
+
+    cases: dict[str, Callable[[str], Any]] = {
+        "floor": lambda k: floor.append(cids[int(k)], msgs[int(k)]),
+        "sql": sql,
+        "append": lambda k: store.append(cids[int(k)], msgs[2 * rounds + int(k)]),
+    }
+    out = _alternate(cases, keys)
+    store.close()
+    floor.close()
+    raw.close()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point."""
+    p = argparse.ArgumentParser(prog="python -m benchmarks.breakdown", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--db", default="sqlite,postgres", help="sqlite,postgres (default both)")
+    p.add_argument("--conversations", type=int, default=400)
+    p.add_argument("--rounds", type=int, default=2_000, help="windows (and appends) timed")
+    p.add_argument("--seed", type=int, default=20_240_601)
+    p.add_argument("--pg-host", default="127.0.0.1")
+    p.add_argument("--pg-port", type=int, default=5432)
+    p.add_argument("--pg-user", default="postgres")
+    p.add_argument("--pg-admin-db", default="test")
+    args = p.parse_args(argv)
+    raw_dir = HERE / "results" / "raw"
+    prime_tiktoken_cache(raw_dir / "tiktoken-cache")
+    sample = _messages(args.seed, 10_000, 300)
+    reference, formula, _note = counters(sample)
+    loop = asyncio.new_event_loop()
+    ctx = Context(formula=formula, reference=reference, system_prompt=sample[0], loop=loop,
+                  budgets=(BUDGET,))
+    pg = {"host": args.pg_host, "port": args.pg_port, "user": args.pg_user,
+          "admin_db": args.pg_admin_db}
+    for kind in args.db.split(","):
+        job = {"db": kind, "group": "breakdown", "size": args.conversations,
+               "raw_dir": str(raw_dir), "pg": pg}
+        db = create_db(job)
+        try:
+            w = windows(db, ctx, args.conversations, args.rounds, args.seed)
+            a = appends(db, ctx, args.rounds, args.seed)
+        finally:
+            drop_db(job, db)
+        f = w["floor"]
+        print(f"{kind}: cold 4k window, a random one of {args.conversations:,} × 300 "
+              "(median ms, × floor)")
+        for name in ("floor", "sql", "sql+decode", "window"):
+            print(f"  {name:12s} {w[name]:7.3f}  {w[name] / f:5.2f}×")
+        print(f"  decoding {w['sql+decode'] - w['sql']:.3f} ms; views, report, pool and "
+              f"validation {w['window'] - w['sql+decode']:.3f} ms")
+        print(f"{kind}: single append (median ms, × floor)")
+        for name in ("floor", "sql", "append"):
+            print(f"  {name:12s} {a[name]:7.3f}  {a[name] / a['floor']:5.2f}×")
+        sys.stdout.flush()
+    loop.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
