@@ -126,8 +126,9 @@ def render_deploy(ddoc: dict[str, Any]) -> list[str]:
         app = ph.get("append", {})
         if app and "error" not in app:
             rows.append(_stat_row("single append (tokenized) vs insert", app.get("append")))
+            copy = " (memstore sends one COPY)" if db == "postgres" else ""
             rows.append(_stat_row(f"`extend` of {app['extend'].get('size', 100)} vs "
-                                  "`executemany`", app.get("extend")))
+                                  f"`executemany`{copy}", app.get("extend")))
         turn = ph.get("turn", {})
         if turn and "error" not in turn:
             rows.append(_stat_row(f"agent turn at {turn['history']:,} history", turn.get("turn")))
