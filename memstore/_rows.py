@@ -294,7 +294,10 @@ def autocommit_on(conn: Connection) -> Any:
     """
     dbapi = conn.connection.dbapi_connection
     assert dbapi is not None  # a checked-out, open connection
-    dbapi.autocommit = True
+    try:
+        dbapi.autocommit = True
+    except conn.dialect.loaded_dbapi.Error as exc:  # a connection the driver knows is broken
+        raise driver_error(conn, exc, "SET autocommit", None) from exc
     return dbapi
 
 

@@ -157,6 +157,28 @@ async def test_terminated_backend_mid_window_is_retried_once(pg_store: Any,
 
 
 @pytest.mark.postgres
+def test_autocommit_switch_on_a_broken_connection_is_a_connection_error(pg_url: str) -> None:
+    """The direct read and append paths flip the driver's autocommit flag first; on a
+    connection the driver already knows is broken that raises, and it must come out as
+    SQLAlchemy's wrapped error (which memstore translates) with the connection
+    invalidated, not as a raw driver exception."""
+    from sqlalchemy import exc as sa_exc
+
+    from memstore import _rows
+
+    engine = create_engine(pg_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    try:
+        with engine.connect() as conn:
+            conn.connection.dbapi_connection.close()  # type: ignore[union-attr]
+            with pytest.raises(sa_exc.DBAPIError) as caught:
+                _rows.autocommit_on(conn)
+            assert caught.value.connection_invalidated
+            assert conn.invalidated
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.postgres
 async def test_terminated_backend_mid_extend_is_retryable_and_exactly_once(
         pg_store: Any, pg_url: str) -> None:
     await call(pg_store.append("c", Message.user("first", id="first")))
