@@ -243,23 +243,23 @@ class SQLHistory(SourceBase):
             return []
         decoded_before = self._decoded
         known = self._known
-        missing_from = None
-        for seq in range(start, stop + 1):  # one past the end closes a trailing run
-            if seq < stop and seq not in known:
-                if missing_from is None:
-                    missing_from = seq
-            elif missing_from is not None:
-                self._fetch(missing_from, seq)
-                missing_from = None
-        known = self._known
-        out = [m for seq in range(start, stop) if (m := known.get(seq)) is not None]
+        seqs = range(start, stop)
+        if not all(map(known.__contains__, seqs)):  # usually all prefetched or cached
+            missing_from = None
+            for seq in range(start, stop + 1):  # one past the end closes a trailing run
+                if seq < stop and seq not in known:
+                    if missing_from is None:
+                        missing_from = seq
+                elif missing_from is not None:
+                    self._fetch(missing_from, seq)
+                    missing_from = None
+            known = self._known
+        out = [known[seq] for seq in seqs]
         fresh = self._decoded - decoded_before
         if self._prefetched:
-            prefetched = self._prefetched
-            for m in out:
-                if m.seq in prefetched:
-                    prefetched.discard(m.seq)
-                    fresh += 1
+            served = self._prefetched.intersection(seqs)
+            self._prefetched -= served
+            fresh += len(served)
         self.rows_read += len(out)
         self.rows_cached += len(out) - fresh
         return out

@@ -34,6 +34,7 @@ straddle page boundaries; the readers simply fetch the next page.
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -318,6 +319,11 @@ class ForwardReader:
         return self._buffer[0] if self._buffer else None
 
 
+#: ``Unit((message,), True)`` without the named tuple's Python-level ``__new__`` (the
+#: readers build one per message they read).
+_plain_unit = functools.partial(tuple.__new__, Unit)
+
+
 class BackwardUnits:
     """Units, newest first, grouped while reading messages newest-first.
 
@@ -356,7 +362,7 @@ class BackwardUnits:
                 yield from self._ordered(split_run(None, self._take_pending()))
                 yield Unit((message,), True)
             else:  # the common case: a plain message with nothing pending
-                yield Unit((message,), True)
+                yield _plain_unit(((message,), True))
         if self.pending:
             yield from self._ordered(split_run(None, self._take_pending()))
 
