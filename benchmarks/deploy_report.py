@@ -176,5 +176,7 @@ def render_deploy(ddoc: dict[str, Any]) -> list[str]:
               "| database | target | this run | verdict |", "|---|---|---|---|"]
     for t in deploy_targets(ddoc):
         lines.append(f"| {t['db']} | {t['goal']} | {t['value']} | {_verdict(t['ok'])} |")
-    lines.append("")
+    lines += ["", "Where the time of a cold window and of an append goes, layer by layer "
+              "(`python -m benchmarks.breakdown`), and what was tried: "
+              "[Where the time goes](benchmarks-profile.md).", ""]
     return lines
