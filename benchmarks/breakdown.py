@@ -34,7 +34,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.deploy import BUDGET, DURABILITY, _floor, _messages, tenant_id
+from benchmarks.deploy import (
+    APPEND_CONVERSATIONS,
+    BUDGET,
+    DURABILITY,
+    _floor,
+    _messages,
+    append_fixture,
+    tenant_id,
+)
 from benchmarks.systems.base import Context, DbTarget, WindowSpec
 from benchmarks.tokens import counters, prime_tiktoken_cache
 from benchmarks.worker import create_db, drop_db, settle_and_measure
@@ -142,19 +150,12 @@ def windows(db: DbTarget, ctx: Context, n: int, rounds: int, seed: int) -> dict[
 def appends(db: DbTarget, ctx: Context, rounds: int, seed: int) -> dict[str, float]:
     """The append layers' medians (ms)."""
     from benchmarks.workload import _Gen
-    from memstore import MemoryStore, Message, _ops
+    from memstore import Message, _ops
     from memstore import _statements as q
     from memstore._rows import Prepared, message_row, new_message_id, utcnow
 
     counter = ctx.reference.counter  # type: ignore[attr-defined]
-    store = MemoryStore(db.url(), counter=counter, migrate="upgrade", durability=DURABILITY)
-    floor = _floor(db, ctx)
-    for i in range(50):
-        msgs = _messages(seed, 20_000 + i, 50)
-        store.extend(f"app-{i}", [Message.from_openai(m) for m in msgs])
-        floor.import_chunk(f"app-{i}", msgs, main=False)
-    floor._next_seq.clear()  # type: ignore[attr-defined]
-    settle_and_measure(db)
+    store, floor = append_fixture(db, ctx, seed)
     dialect = store.engine.dialect
     raw = _raw_connection(db)
     if db.kind == "sqlite":
@@ -163,7 +164,7 @@ def appends(db: DbTarget, ctx: Context, rounds: int, seed: int) -> dict[str, flo
     msgs = [gen.user() if i % 2 == 0 else gen.assistant() for i in range(3 * rounds)]
     rng = random.Random(seed + 1)
     keys = [str(i) for i in range(rounds)]
-    cids = [f"app-{rng.randrange(50)}" for _ in range(rounds)]
+    cids = [f"app-{rng.randrange(APPEND_CONVERSATIONS)}" for _ in range(rounds)]
     prepared = [Prepared(Message.from_openai(m), counter.count_message(Message.from_openai(m)))
                 for m in msgs[rounds:2 * rounds]]
 

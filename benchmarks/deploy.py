@@ -227,20 +227,30 @@ def phase_tenants(db: DbTarget, ctx: Context, prof: DeployProfile, seed: int) ->
     return out
 
 
-def phase_append(db: DbTarget, ctx: Context, prof: DeployProfile, seed: int) -> dict[str, Any]:
-    """Single appends and ``extend`` of 100 against the floor's insert and executemany."""
+#: Conversations the appends go to (``app-0`` .. ``app-49``, 50 messages each to start).
+APPEND_CONVERSATIONS = 50
+
+
+def append_fixture(db: DbTarget, ctx: Context, seed: int) -> tuple[Any, System]:
+    """A memstore store and the floor, both holding the append phase's conversations."""
     from memstore import MemoryStore, Message
 
     counter = ctx.reference.counter  # type: ignore[attr-defined]
     store = MemoryStore(db.url(), counter=counter, migrate="upgrade", durability=DURABILITY)
     floor = _floor(db, ctx)
-    n_conv = 50
-    for i in range(n_conv):
+    for i in range(APPEND_CONVERSATIONS):
         msgs = _messages(seed, 20_000 + i, 50)
         store.extend(f"app-{i}", [Message.from_openai(m) for m in msgs])
         floor.import_chunk(f"app-{i}", msgs, main=False)
     floor._next_seq.clear()  # type: ignore[attr-defined]
     settle_and_measure(db)
+    return store, floor
+
+
+def phase_append(db: DbTarget, ctx: Context, prof: DeployProfile, seed: int) -> dict[str, Any]:
+    """Single appends and ``extend`` of 100 against the floor's insert and executemany."""
+    store, floor = append_fixture(db, ctx, seed)
+    n_conv = APPEND_CONVERSATIONS
     rng = random.Random(seed + 1)
     gen = _Gen(seed + 7, 999, prof.appends)
     singles = [gen.user() if i % 2 == 0 else gen.assistant() for i in range(prof.appends)]
