@@ -368,7 +368,7 @@ def _hot_statements() -> dict[str, Any]:
     }
 
 
-#: Rows of a prefetched first page: at most this many (``views.BUDGET_MAX_FIRST_PAGE``),
+#: Rows of a prefetched first page: at most this many (``_viewparts.BUDGET_MAX_FIRST_PAGE``),
 #: ``PAGE_WITHOUT_COUNTS`` when the conversation's token total is 0.
 PAGE_MAX = 2048
 PAGE_WITHOUT_COUNTS = 32

@@ -13,6 +13,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple, cast
 
+from memstore._viewparts import (
+    _budget_page,
+    _check_budget_params,
+    _check_counter,
+    _Ledger,
+    _normalize_tools,
+    check_format_template,
+)
 from memstore.errors import ContextBudgetError
 from memstore.history import HistorySource, ListHistory
 from memstore.models import (
@@ -28,16 +36,7 @@ from memstore.models import (
 )
 from memstore.tokens import TokenCounter, count_tool_schemas
 from memstore.units import BackwardUnits, ReverseReader, Unit
-from memstore.views import (
-    _VIEW_CLASSES,
-    ContextView,
-    _budget_page,
-    _check_budget_params,
-    _check_counter,
-    _Ledger,
-    _normalize_tools,
-    check_format_template,
-)
+from memstore.views import _VIEW_CLASSES, ContextView
 
 __all__ = ["Fold", "SummaryView", "plan_fold"]
 
