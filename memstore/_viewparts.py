@@ -251,12 +251,19 @@ class _Ledger:
             elif not unit.anchored:
                 yield unit
 
+    def unread(self, first: int, last: int) -> list[tuple[int, int, OmissionReason]]:
+        """The omission runs of ``first..last``, seqs the view neither kept nor omitted.
+
+        A view that stops reading early reports them with its ``default`` reason.
+        """
+        if self.default is None:  # pragma: no cover - a view that reads everything
+            raise AssertionError(f"seqs {first}..{last} were neither kept nor omitted")
+        return [(first, last, self.default)]
+
     def omissions(self) -> list[Omission]:
         runs: list[Omission] = []
 
-        def add(first: int, last: int, reason: OmissionReason | None) -> None:
-            if reason is None:  # pragma: no cover - a view that reads everything
-                raise AssertionError(f"seqs {first}..{last} were neither kept nor omitted")
+        def add(first: int, last: int, reason: OmissionReason) -> None:
             if runs and runs[-1].reason == reason and runs[-1].last_seq == first - 1:
                 first = runs.pop().first_seq
             runs.append(build_trusted(Omission, {
@@ -270,12 +277,14 @@ class _Ledger:
         prev = self.source.first_seq - 1
         for seq in sorted(kept.keys() | reasons.keys()):
             if seq > prev + 1:
-                add(prev + 1, seq - 1, self.default)
+                for run in self.unread(prev + 1, seq - 1):
+                    add(*run)
             if seq not in kept:
                 add(seq, seq, reasons[seq])
             prev = seq
         if prev < self.source.last_seq:
-            add(prev + 1, self.source.last_seq, self.default)
+            for run in self.unread(prev + 1, self.source.last_seq):
+                add(*run)
         return runs
 
     def build(
@@ -303,19 +312,37 @@ class _Ledger:
             tokens += counter.count_message(placeholder)
         if messages:
             tokens += counter_priming(counter)
-        # Every value below is computed here from validated models: build the result
-        # without re-validating it (this runs once per window read).
+        return self.result(messages, len(stored), tokens, budget, self.omissions(),
+                           placeholder=placeholder.text if placeholder is not None else None,
+                           skipped=skipped)
+
+    def result(
+        self,
+        messages: list[StoredMessage | Message],
+        included: int,
+        tokens: int,
+        budget: int | None,
+        omitted: list[Omission],
+        *,
+        placeholder: str | None = None,
+        skipped: int = 0,
+        summary_range: tuple[int, int] | None = None,
+        unsummarized: int = 0,
+    ) -> ContextWindow:
+        """The window and its report, from values computed by the view."""
+        # Every value is computed from validated models: build the result without
+        # re-validating it (this runs once per window read).
         report = build_trusted(WindowReport, {
             "view": type(self.view).__name__,
-            "counter": name,
+            "counter": self.counter.name,
             "conversation_message_count": self.source.message_count,
-            "included_count": len(stored),
-            "omitted": self.omissions(),
-            "placeholder": placeholder.text if placeholder is not None else None,
+            "included_count": included,
+            "omitted": omitted,
+            "placeholder": placeholder,
             "skipped": skipped,
             "rows_read": self.source.rows_read,
-            "summary_range": None,
-            "unsummarized": 0,
+            "summary_range": summary_range,
+            "unsummarized": unsummarized,
         })
         return build_trusted(ContextWindow, {
             "conversation_id": self.source.conversation_id,

@@ -27,12 +27,9 @@ from memstore.models import (
     DEFAULT_SUMMARY_TEMPLATE,
     ContextWindow,
     Message,
-    Omission,
     OmissionReason,
     StoredMessage,
     Summary,
-    WindowReport,
-    build_trusted,
 )
 from memstore.tokens import TokenCounter, count_tool_schemas
 from memstore.units import BackwardUnits, ReverseReader, Unit
@@ -150,35 +147,13 @@ class _SummaryLedger(_Ledger):
             return
         super().omit(unit, reason)
 
-    def omissions(self) -> list[Omission]:
-        runs: list[Omission] = []
-
-        def add(first: int, last: int, reason: OmissionReason) -> None:
-            if runs and runs[-1].reason == reason and runs[-1].last_seq == first - 1:
-                first = runs.pop().first_seq
-            runs.append(build_trusted(Omission, {
-                "first_seq": first, "last_seq": last, "count": last - first + 1,
-                "reason": reason,
-            }))
-
-        def gap(first: int, last: int) -> None:
-            if first <= self.boundary:
-                add(first, min(last, self.boundary), "summarized")
-            if last > self.boundary:
-                add(max(first, self.boundary + 1), last, "budget")
-
-        if self.source.message_count == 0:
-            return runs
-        kept, reasons = self.kept, self.reasons
-        prev = self.source.first_seq - 1
-        for seq in sorted(kept.keys() | reasons.keys()):
-            if seq > prev + 1:
-                gap(prev + 1, seq - 1)
-            if seq not in kept:
-                add(seq, seq, reasons[seq])
-            prev = seq
-        if prev < self.source.last_seq:
-            gap(prev + 1, self.source.last_seq)
+    def unread(self, first: int, last: int) -> list[tuple[int, int, OmissionReason]]:
+        """Unread seqs: ``"summarized"`` up to the summary's last one, then ``"budget"``."""
+        runs: list[tuple[int, int, OmissionReason]] = []
+        if first <= self.boundary:
+            runs.append((first, min(last, self.boundary), "summarized"))
+        if last > self.boundary:
+            runs.append((max(first, self.boundary + 1), last, "budget"))
         return runs
 
     def finish(self, budget: int, summary_message: Message | None,
@@ -203,25 +178,11 @@ class _SummaryLedger(_Ledger):
         if messages:
             tokens += _priming(counter)
         omitted = self.omissions()
-        report = build_trusted(WindowReport, {
-            "view": type(self.view).__name__,
-            "counter": name,
-            "conversation_message_count": self.source.message_count,
-            "included_count": len(stored),
-            "omitted": omitted,
-            "placeholder": None,
-            "skipped": 0,
-            "rows_read": self.source.rows_read,
-            "summary_range": self.summary.seq_range if self.summary is not None else None,
-            "unsummarized": sum(o.count for o in omitted if o.reason == "budget"),
-        })
-        return build_trusted(ContextWindow, {
-            "conversation_id": self.source.conversation_id,
-            "messages": messages,
-            "token_count": tokens,
-            "budget": budget,
-            "report": report,
-        })
+        return self.result(
+            messages, len(stored), tokens, budget, omitted,
+            summary_range=self.summary.seq_range if self.summary is not None else None,
+            unsummarized=sum(o.count for o in omitted if o.reason == "budget"),
+        )
 
 
 @dataclass(frozen=True)
