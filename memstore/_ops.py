@@ -299,7 +299,6 @@ def _append_batch(
     sqlite = conn.dialect.name == "sqlite"
     allocate = q.hot_write(conn.dialect, "allocate")
     insert = q.hot_write(conn.dialect, "insert")
-    copy = None if sqlite else q.copy_messages(conn.dialect)
     now = utcnow()
     results: list[StoredMessage] = []
     dbapi = conn.connection.dbapi_connection
@@ -322,10 +321,8 @@ def _append_batch(
                 ids = new_message_ids(len(chunk))
                 rows = [message_row(cid, first + start + offset, p, ids[offset], counter, now)
                         for offset, p in enumerate(chunk)]
-                if copy is not None:
-                    statement = copy.sql
-                    params = [copy.row(row, memo) for row in rows]
-                    _copy_rows(conn, copy.sql, params)
+                if not sqlite:
+                    insert_message_rows(conn, rows)  # one COPY; its errors come out wrapped
                 else:
                     params = [insert.row_params(row, memo) for row in rows]
                     if len(params) == 1:

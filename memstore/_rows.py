@@ -114,22 +114,12 @@ def _parts(raw: list[Any]) -> list[Any]:
 
 
 def to_stored(row: Any) -> StoredMessage:
-    """Build a StoredMessage from a trusted row without re-validating it (hot path).
+    """Build a StoredMessage from a trusted row without re-validating it.
 
-    ``row`` holds :data:`memstore._statements.MESSAGE_COLUMNS` with Python values
-    (SQLAlchemy-processed, or decoded by :func:`decode_raw`).
+    ``row`` holds :data:`memstore._statements.MESSAGE_COLUMNS` as SQLAlchemy returns
+    them (decoded JSON, aware UTC timestamps): :func:`decode_raw`'s decoded case.
     """
-    (cid, seq, mid, role, text, parts, name, calls, call_id, score, pinned, tokens, counter,
-     created_at, meta) = row
-    content: Any = text if text is not None else (_parts(parts) if parts is not None else None)
-    tool_calls = _tool_calls(calls) if calls is not None else None
-    return _stored({
-        "role": role, "content": content, "name": name, "tool_calls": tool_calls,
-        "tool_call_id": call_id, "score": float(score), "pinned": bool(pinned),
-        "metadata": meta if meta is not None else {}, "id": mid,
-        "conversation_id": cid, "seq": int(seq), "created_at": created_at,
-        "token_count": int(tokens), "token_counter": counter,
-    })
+    return decode_raw(row[1:], "postgresql", row[0])
 
 
 def sqlite_time(value: Any) -> datetime:
@@ -166,12 +156,14 @@ def _tool_calls(calls: list[dict[str, Any]]) -> list[ToolCall]:
 
 
 def decode_raw(row: Any, dialect: str, cid: str) -> StoredMessage:
-    """Build a StoredMessage from a driver row of WINDOW_COLUMNS (no SQLAlchemy types).
+    """Build a StoredMessage from a row of WINDOW_COLUMNS without re-validating it.
 
     The row has no conversation id: the window reading it knows it (``cid``).
 
-    SQLite returns JSON as text and timestamps as naive UTC text; psycopg returns
-    decoded JSONB and aware timestamps. This runs once per row a window reads: one
+    ``dialect`` ``"sqlite"``: the SQLite driver's values, JSON as text and timestamps
+    as naive UTC text. Any other: decoded values, as psycopg returns them (JSONB
+    decoded, aware timestamps) and as SQLAlchemy's types return them on both
+    databases (:func:`to_stored`). This runs once per row a window reads: one
     function, no intermediate copies.
     """
     (seq, mid, role, text, parts, name, calls, call_id, score, pinned, tokens, counter,
