@@ -122,6 +122,25 @@ def counter() -> FixedCounter:
 
 
 @pytest.fixture(params=["sync", "async"])
+async def pg_store(request: pytest.FixtureRequest, pg_url: str) -> AsyncIterator[Any]:
+    """A sync or async store on PostgreSQL only (``cache_size=0``), for PostgreSQL-only
+    behaviour; the test carries ``@pytest.mark.postgres``."""
+    from memstore.aio import AsyncMemoryStore
+    from memstore.store import MemoryStore
+
+    _empty_pg(pg_url)
+    if request.param == "sync":
+        sync_store = MemoryStore(pg_url, counter=FixedCounter(), cache_size=0)
+        yield sync_store
+        sync_store.close()
+    else:
+        async_store = AsyncMemoryStore(pg_url, counter=FixedCounter(), cache_size=0)
+        await async_store.setup()
+        yield async_store
+        await async_store.close()
+
+
+@pytest.fixture(params=["sync", "async"])
 async def store(request: pytest.FixtureRequest, db_url: str,
                 counter: FixedCounter) -> AsyncIterator[Any]:
     """A MemoryStore or an AsyncMemoryStore on ``db_url`` (use ``await call(...)``)."""

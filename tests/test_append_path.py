@@ -127,13 +127,13 @@ async def test_client_ids_keep_their_guarantees_next_to_direct_appends(store: An
     assert [m.seq for m in await call(store.messages("c"))] == [1, 2, 3]
 
 
-async def test_direct_paths_return_connections_out_of_autocommit(store: Any) -> None:
+@pytest.mark.postgres
+async def test_direct_paths_return_connections_out_of_autocommit(pg_store: Any) -> None:
     """PostgreSQL's direct window and append switch the driver to autocommit by its own
     flag; every connection must be back out of it before the pool hands it on, or a
     later multi-statement write would commit statement by statement."""
+    store = pg_store
     engine = _sync_engine(store)
-    if engine.dialect.name != "postgresql":
-        pytest.skip("autocommit is a PostgreSQL driver flag")
     states: list[bool] = []
 
     def checkin(dbapi_connection: Any, record: Any) -> None:

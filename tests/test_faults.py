@@ -120,21 +120,6 @@ class _TerminatingView(ContextView):
         return self.inner.select(source, counter)
 
 
-@pytest.fixture(params=["sync", "async"])
-async def pg_store(request: pytest.FixtureRequest, pg_url: str) -> Any:
-    from tests.conftest import _empty_pg
-
-    _empty_pg(pg_url)
-    if request.param == "sync":
-        store: Any = MemoryStore(pg_url, counter=FixedCounter(), cache_size=0)
-        yield store
-        store.close()
-    else:
-        astore = AsyncMemoryStore(pg_url, counter=FixedCounter(), cache_size=0)
-        await astore.setup()
-        yield astore
-        await astore.close()
-
 
 @pytest.mark.postgres
 async def test_terminated_backend_mid_window_is_retried_once(pg_store: Any,
