@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Callable
 from types import ModuleType
 
 import pytest
@@ -62,3 +63,19 @@ async def close_store(store: object) -> None:
     result = store.close()  # type: ignore[attr-defined]
     if result is not None:
         await result
+
+
+def assert_constructor_refuses_what_the_store_would(
+    adapter: Callable[..., object], store: object, id_name: str
+) -> None:
+    """An adapter refuses a bad conversation id by the store's own rule (naming its own
+    argument ``id_name``), a store that is not one, and a view that is not one."""
+    from memstore import ConfigurationError, InvalidInputError
+
+    for bad in ("", "a\x00", "x" * 256, 7):
+        with pytest.raises(InvalidInputError, match=id_name):
+            adapter(bad, store)
+    with pytest.raises(ConfigurationError, match="MemoryStore"):
+        adapter("c", object())
+    with pytest.raises(ConfigurationError, match="view"):
+        adapter("c", store, view="all")

@@ -13,7 +13,13 @@ from hypothesis import strategies as st
 
 from memstore import InvalidInputError, Message, TokenLimitedView, ToolCall, UnboundedView
 from tests.helpers import call
-from tests.integrations import assert_openai_history_valid, close_store, open_store, require
+from tests.integrations import (
+    assert_constructor_refuses_what_the_store_would,
+    assert_openai_history_valid,
+    close_store,
+    open_store,
+    require,
+)
 
 require("autogen_core")
 require("autogen_agentchat")
@@ -317,12 +323,5 @@ def test_messages_from_elsewhere_read_back() -> None:
 
 
 async def test_constructor_refuses_what_the_store_would(store: Any) -> None:
-    from memstore import ConfigurationError
-
-    for bad in ("", "a\x00", "x" * 256, 7):
-        with pytest.raises(InvalidInputError, match="conversation_id"):
-            MemstoreChatCompletionContext(bad, store)  # type: ignore[arg-type]
-    with pytest.raises(ConfigurationError, match="MemoryStore"):
-        MemstoreChatCompletionContext("c", object())  # type: ignore[arg-type]
-    with pytest.raises(ConfigurationError, match="view"):
-        MemstoreChatCompletionContext("c", store, view="all")  # type: ignore[arg-type]
+    assert_constructor_refuses_what_the_store_would(
+        MemstoreChatCompletionContext, store, "conversation_id")

@@ -19,7 +19,13 @@ from memstore import (
     UnboundedView,
 )
 from tests.helpers import call
-from tests.integrations import assert_openai_history_valid, close_store, open_store, require
+from tests.integrations import (
+    assert_constructor_refuses_what_the_store_would,
+    assert_openai_history_valid,
+    close_store,
+    open_store,
+    require,
+)
 
 require("langchain_core")
 
@@ -319,10 +325,4 @@ async def test_reads_grow_with_the_window_not_the_history(store: Any, monkeypatc
 
 
 async def test_constructor_refuses_what_the_store_would(store: Any) -> None:
-    for bad in ("", "a\x00", "x" * 256, 7):
-        with pytest.raises(InvalidInputError, match="session_id"):
-            MemstoreChatMessageHistory(bad, store)  # type: ignore[arg-type]
-    with pytest.raises(ConfigurationError, match="MemoryStore"):
-        MemstoreChatMessageHistory("c", object())  # type: ignore[arg-type]
-    with pytest.raises(ConfigurationError, match="view"):
-        MemstoreChatMessageHistory("c", store, view="all")  # type: ignore[arg-type]
+    assert_constructor_refuses_what_the_store_would(MemstoreChatMessageHistory, store, "session_id")

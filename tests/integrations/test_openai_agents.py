@@ -22,7 +22,7 @@ from memstore import (
     UnboundedView,
 )
 from tests.helpers import call
-from tests.integrations import require
+from tests.integrations import assert_constructor_refuses_what_the_store_would, require
 
 agents = require("agents")
 agents.set_tracing_disabled(True)  # no trace export: the tests never touch the network
@@ -467,12 +467,4 @@ async def test_runner_passes_session_settings_limit(store: Any) -> None:
 
 
 async def test_constructor_refuses_what_the_store_would(store: Any) -> None:
-    from memstore import ConfigurationError
-
-    for bad in ("", "a\x00", "x" * 256, 7):
-        with pytest.raises(InvalidInputError, match="session_id"):
-            MemstoreSession(bad, store)  # type: ignore[arg-type]
-    with pytest.raises(ConfigurationError, match="MemoryStore"):
-        MemstoreSession("c", object())  # type: ignore[arg-type]
-    with pytest.raises(ConfigurationError, match="view"):
-        MemstoreSession("c", store, view="all")  # type: ignore[arg-type]
+    assert_constructor_refuses_what_the_store_would(MemstoreSession, store, "session_id")
