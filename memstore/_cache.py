@@ -136,8 +136,12 @@ class RowCache:
         while len(recent) > limit:
             recent.popitem(last=False)
 
-    def put(self, conversation_id: str, epoch: int, rows: dict[int, StoredMessage]) -> None:
+    def put(self, conversation_id: str, epoch: int, rows: dict[int, StoredMessage],
+            last_seq: int | None = None) -> None:
         """Store ``rows`` (not mutated afterwards) as the conversation's entry.
+
+        ``last_seq`` is the newest seq in ``rows`` when the caller knows it (computed
+        here otherwise).
 
         An entry larger than the whole cache keeps its anchored messages and the
         newest others (windows read newest-first). A conversation that is not cached
@@ -146,6 +150,9 @@ class RowCache:
         """
         if len(rows) > self.max_messages:
             rows = _newest(rows, self.max_messages)
+            last_seq = None  # (many anchored rows can crowd out the newest one)
+        if last_seq is None:
+            last_seq = max(rows, default=0)
         with self._lock:
             old = self._entries.pop(conversation_id, None)
             if old is not None:
@@ -156,7 +163,7 @@ class RowCache:
                 return
             else:
                 self._recent.pop(conversation_id, None)
-            self._entries[conversation_id] = CacheEntry(epoch, rows, max(rows, default=0))
+            self._entries[conversation_id] = CacheEntry(epoch, rows, last_seq)
             self._size += len(rows)
             while self._size > self.max_messages and len(self._entries) > 1:
                 _, evicted = self._entries.popitem(last=False)

@@ -131,6 +131,9 @@ class SQLHistory(SourceBase):
         # Seq -> decoded row. Shared with the cache (never mutated) until this window
         # decodes a row of its own; then it is copied once.
         self._known: dict[int, StoredMessage] = entry.rows if entry is not None else {}
+        # The newest seq in ``_known``, kept up to date row by row for the cache entry
+        # (a max over every cached row at each put would cost as much as the window).
+        self._newest_known = entry.last_seq if entry is not None else 0
         self._shared = entry is not None
         self._decoded = 0
         self._anchored: list[StoredMessage] = []
@@ -220,6 +223,8 @@ class SQLHistory(SourceBase):
             self._known = dict(self._known)
             self._shared = False
         self._known[message.seq] = message
+        if message.seq > self._newest_known:
+            self._newest_known = message.seq
         self._decoded += 1
 
     def _fetch(self, start: int, stop: int) -> None:
@@ -299,7 +304,7 @@ class SQLHistory(SourceBase):
             return
         self._cache.record(self.rows_cached, self.rows_read - self.rows_cached)
         if self._decoded:
-            self._cache.put(self._cid, self._epoch, self._known)
+            self._cache.put(self._cid, self._epoch, self._known, self._newest_known)
 
 
 def window(conn: Connection, cid: str, view: Any, counter: Any,

@@ -160,6 +160,26 @@ def test_random_writes_from_both_stores_keep_windows_identical(
     assert cached.cache_info().hits > 0
 
 
+def test_an_entry_records_its_newest_seq_as_windows_add_rows(
+    pair: tuple[MemoryStore, MemoryStore],
+) -> None:
+    # The window tracks the newest cached seq row by row (no max over the entry at each
+    # put); it bounds the next window's first page, so it must equal the rows' own max.
+    cached, plain = pair
+    cache = cached._plan.cache
+    assert cache is not None
+    plain.extend("c", conversation(20))
+    view = TokenLimitedView(token_limit=60)
+    for step in range(4):
+        cached.window("c", view)
+        entry = cache.get("c")
+        assert entry is not None and entry.last_seq == max(entry.rows), step
+        plain.extend("c", conversation(3))  # the next window decodes only the new rows
+    cached.window("c", ScoreBasedView(token_limit=10_000))  # reads older rows too
+    entry = cache.get("c")
+    assert entry is not None and entry.last_seq == max(entry.rows)
+
+
 def test_rows_beyond_the_snapshot_are_never_served(
     pair: tuple[MemoryStore, MemoryStore], counter: FixedCounter
 ) -> None:
