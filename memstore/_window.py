@@ -6,7 +6,7 @@ cursor, with the row cache (:mod:`memstore._cache`); :func:`window` runs a view 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -148,13 +148,14 @@ class SQLHistory(SourceBase):
                 self._add(message)
             self._anchored.append(message)
         self._anchored_cached = len(self._anchored) - self._decoded
-        # Prefetched rows not returned yet: read from the database, not from the cache.
-        self._prefetched: set[int] = set()
+        # Rows read from the database but not decoded yet (seq -> the row's message
+        # columns): a row is decoded only when the view takes it, so the slack of a page
+        # costs its SQL, not its model.
+        self._raw: dict[int, Sequence[Any]] = {}
         for r in page_rows:
             seq = int(r[offset])
             if seq not in self._known:  # an anchored row is in both parts
-                self._add(decode_raw(r[offset:], self._decode, cid))
-                self._prefetched.add(seq)
+                self._raw[seq] = r[offset:]
         self._newest: datetime | None = None
         self._newest_loaded = False
         self.rows_read = 0
@@ -228,7 +229,7 @@ class SQLHistory(SourceBase):
         self._decoded += 1
 
     def _fetch(self, start: int, stop: int) -> None:
-        """Read and decode ``[start, stop)`` (inside the stored range) into the known rows."""
+        """Read ``[start, stop)`` (inside the stored range) into the undecoded rows."""
         if self._checked:
             rows = self._execute("range_checked", {
                 "cid": self._cid, "start": start, "stop": stop, "epoch": self._epoch,
@@ -237,8 +238,29 @@ class SQLHistory(SourceBase):
                 raise StaleRead(self._cid)
         else:
             rows = self._execute("range", {"cid": self._cid, "start": start, "stop": stop})
+        raw = self._raw
         for r in rows:
-            self._add(decode_raw(r, self._decode, self._cid))
+            raw[r[0]] = r
+
+    def _fetch_missing(self, start: int, stop: int) -> None:
+        """Read every run of ``[start, stop)`` that is neither decoded nor read yet."""
+        known, raw = self._known, self._raw
+        missing_from = None
+        for seq in range(start, stop + 1):  # one past the end closes a trailing run
+            if seq < stop and seq not in known and seq not in raw:
+                if missing_from is None:
+                    missing_from = seq
+            elif missing_from is not None:
+                self._fetch(missing_from, seq)
+                missing_from = None
+
+    def _take(self, seq: int) -> StoredMessage:
+        """The message at ``seq`` (read already): decoded now unless it was before."""
+        message = self._known.get(seq)
+        if message is None:
+            message = decode_raw(self._raw.pop(seq), self._decode, self._cid)
+            self._add(message)
+        return message
 
     def _range(self, start: int, stop: int) -> list[StoredMessage]:
         """Messages in ``[start, stop)`` (clipped to the stored range), chronological."""
@@ -249,25 +271,56 @@ class SQLHistory(SourceBase):
         decoded_before = self._decoded
         known = self._known
         seqs = range(start, stop)
-        if not all(map(known.__contains__, seqs)):  # usually all prefetched or cached
-            missing_from = None
-            for seq in range(start, stop + 1):  # one past the end closes a trailing run
-                if seq < stop and seq not in known:
-                    if missing_from is None:
-                        missing_from = seq
-                elif missing_from is not None:
-                    self._fetch(missing_from, seq)
-                    missing_from = None
-            known = self._known
-        out = [known[seq] for seq in seqs]
-        fresh = self._decoded - decoded_before
-        if self._prefetched:
-            served = self._prefetched.intersection(seqs)
-            self._prefetched -= served
-            fresh += len(served)
+        if all(map(known.__contains__, seqs)):  # all cached, or decoded by this window
+            out = [known[seq] for seq in seqs]
+        else:
+            self._fetch_missing(start, stop)
+            take = self._take
+            out = [take(seq) for seq in seqs]
         self.rows_read += len(out)
-        self.rows_cached += len(out) - fresh
+        self.rows_cached += len(out) - (self._decoded - decoded_before)
         return out
+
+    def stream_newest_first(self, before: int, floor: int, first_page: int,
+                            max_page: int) -> Iterator[StoredMessage]:
+        """Messages with ``floor <= seq < before``, newest first, decoded as they are taken.
+
+        The optional streaming hook of a source (see :class:`memstore.units.ReverseReader`):
+        rows come from the database a page at a time (``first_page`` rows, doubling up to
+        ``max_page``), but each becomes a model only when the consumer takes it, so a view
+        that stops early pays nothing for the rest of its last page but the SQL.
+        """
+        before = min(before, self._last + 1)
+        floor = max(floor, self._first)
+        page = max(1, first_page)
+        raw, dialect, cid = self._raw, self._decode, self._cid
+        seq = before - 1
+        while seq >= floor:
+            # Read again at every step: a read between two steps may have copied it.
+            known = self._known
+            message = known.get(seq)
+            if message is None:
+                if seq not in raw:
+                    # The run of unread rows ending here, at most a page of it.
+                    low = max(floor, seq + 1 - page)
+                    start = seq
+                    while start > low and start - 1 not in known and start - 1 not in raw:
+                        start -= 1
+                    self._fetch(start, seq + 1)
+                    page = min(page * 2, max(page, max_page))
+                message = decode_raw(raw.pop(seq), dialect, cid)
+                if self._shared:  # _add, inlined
+                    self._known = known = dict(known)
+                    self._shared = False
+                known[seq] = message
+                if seq > self._newest_known:
+                    self._newest_known = seq
+                self._decoded += 1
+            else:
+                self.rows_cached += 1
+            self.rows_read += 1
+            yield message
+            seq -= 1
 
     @property
     def newest_created_at(self) -> datetime | None:

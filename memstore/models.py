@@ -598,7 +598,8 @@ class WindowReport(BaseModel):
         rows_read: messages the view read to build the window (a cost measure: it
             grows with the window, not the history). Whether they came from the
             database or the store's row cache does not change the report (see
-            ``store.cache_info()``).
+            ``store.cache_info()``); nor do the few rows past the last one taken that
+            the store's last page fetched but never turned into messages.
         summary_range: ``(first_seq, last_seq)`` of the stored summary the window
             shows (``SummaryView``), else ``None``.
         unsummarized: stored messages after the summary's range (or, with no

@@ -205,6 +205,10 @@ class ReverseReader:
         first_page: size of the first page.
         max_page: page size cap.
         observer: called with every message, in reading order, as it is read.
+
+    A source with a ``stream_newest_first(before, floor, first_page, max_page)`` method
+    (an iterator of the same messages, newest first) is read through it instead: the
+    store's source pages the same way but builds each message only when it is taken.
     """
 
     def __init__(
@@ -225,11 +229,23 @@ class ReverseReader:
         self._observer = observer
         self._done = self._before <= self._floor
         self._page_left = False
-        self._messages = self._generate()
+        stream = getattr(source, "stream_newest_first", None)  # optional hook
+        self._stream: Iterator[StoredMessage] | None = None
+        if stream is not None and not self._done:
+            # The source pages itself and builds each message only when it is taken.
+            self._stream = stream(self._before, self._floor, self._page, self._max_page)
+            self._done = True
+        self._messages = (
+            self._stream if self._stream is not None and observer is None
+            else self._generate()
+        )
 
     @property
     def exhausted(self) -> bool:
         """True once every message down to ``floor`` has been returned."""
+        if self._stream is not None:
+            # A finished (or closed) generator has no frame left.
+            return getattr(self._stream, "gi_frame", True) is None
         return self._done and not self._page_left
 
     def __iter__(self) -> Iterator[StoredMessage]:
@@ -241,6 +257,12 @@ class ReverseReader:
 
     def _generate(self) -> Iterator[StoredMessage]:
         observer = self._observer
+        if self._stream is not None:  # with an observer (none: the stream is iterated)
+            assert observer is not None
+            for message in self._stream:
+                observer(message)
+                yield message
+            return
         while not self._done:
             page = self._next_page()
             if not page:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from memstore.history import ListHistory
@@ -204,6 +206,38 @@ def test_reverse_reader_reads_only_what_is_consumed_plus_one_page() -> None:
     got: list[StoredMessage] = [next(reader) for _ in range(20)]
     assert [m.seq for m in got] == list(range(1000, 980, -1))
     assert source.rows_read == 8 + 16  # two pages
+
+
+class _Streaming(ListHistory):
+    """A source with the optional streaming hook, recording how it was called."""
+
+    calls: list[tuple[int, int, int, int]]
+
+    def stream_newest_first(self, before: int, floor: int, first_page: int,
+                            max_page: int) -> Iterator[StoredMessage]:
+        self.calls.append((before, floor, first_page, max_page))
+        for seq in range(min(before, self.last_seq + 1) - 1, max(floor, self.first_seq) - 1, -1):
+            yield from self.read(seq, seq + 1)
+
+
+@pytest.mark.parametrize("observe", [False, True])
+def test_reverse_reader_reads_through_a_sources_stream(observe: bool) -> None:
+    source = _Streaming(stored([U(str(i)) for i in range(30)]))
+    source.calls = []
+    seen: list[int] = []
+    reader = ReverseReader(source, before=25, floor=11, first_page=6, max_page=12,
+                           observer=seen.append if observe else None)
+    got = [m.seq for m in reader]
+    assert got == list(range(24, 10, -1))
+    assert source.calls == [(25, 11, 6, 12)]  # the reader's paging goes to the source
+    assert seen == ([m for m in source.read(11, 25)][::-1] if observe else [])
+    assert reader.exhausted
+    partial = ReverseReader(source, first_page=4)
+    assert next(partial).seq == 30
+    assert not partial.exhausted
+    empty = ReverseReader(source, before=5, floor=5)  # nothing to read: no stream opened
+    assert list(empty) == [] and empty.exhausted
+    assert len(source.calls) == 2
 
 
 def test_observer_sees_every_consumed_message_in_order() -> None:

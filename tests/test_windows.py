@@ -303,3 +303,52 @@ async def test_a_missing_conversation_is_still_not_found_with_a_budget(store: An
 
     with pytest.raises(ConversationNotFoundError):
         await call(store.window("nobody", TokenLimitedView(600)))
+
+
+@pytest.mark.parametrize("view", [TokenLimitedView(600), TokenLimitedView(600, start_on_user=True),
+                                  ScoreBasedView(600, keep_rate=0.9)],
+                         ids=["token_limited", "start_on_user", "score_based"])
+def test_a_window_builds_models_only_for_the_rows_it_takes(
+    db_url: str, counter: FixedCounter, view: Any
+) -> None:
+    """A page is read whole but each row becomes a model only when the view takes it: the
+    slack of the last page (and of a PostgreSQL first page) costs SQL, not decoding."""
+    from memstore.history import ListHistory
+
+    store = MemoryStore(db_url, counter=counter, cache_size=0)
+    store.extend("c", conversation(150, seed=5))
+    fetched = {"n": 0}
+    real_execute = _window.SQLHistory._execute
+
+    def record(self: Any, name: str, values: dict[str, Any]) -> Any:
+        rows = real_execute(self, name, values)
+        if name.startswith("range"):
+            fetched["n"] += len(rows)
+        elif name == "conversation_page":  # the page's rows (part 1) come with the head
+            fetched["n"] += sum(1 for r in rows if r[6] != 0)
+        return rows
+
+    decoded = {"n": 0}
+    real_decode = _window.decode_raw
+
+    def counting(row: Any, dialect: str, cid: str) -> Any:
+        decoded["n"] += 1
+        return real_decode(row, dialect, cid)
+
+    _window.SQLHistory._execute = record  # type: ignore[method-assign]
+    _window.decode_raw = counting  # type: ignore[assignment]
+    try:
+        window = store.window("c", view)
+    finally:
+        _window.decode_raw = real_decode  # type: ignore[assignment]
+        _window.SQLHistory._execute = real_execute  # type: ignore[method-assign]
+    anchored = sum(1 for m in store.messages("c") if m.anchored)
+    # Every model built was handed to the view (the anchored ones with the head; a row
+    # the view reads twice, ScoreBasedView's newest, is decoded once); the first page's
+    # slack was read but never decoded.
+    assert window.report.rows_read - 1 <= decoded["n"] <= window.report.rows_read
+    assert fetched["n"] > decoded["n"] - anchored
+    expected = view.select(ListHistory(store.messages("c")), counter)
+    assert window.messages == expected.messages
+    assert window.report.omitted == expected.report.omitted
+    store.close()
