@@ -7,9 +7,10 @@ and with the floor in one process**, so the layers can be compared with each oth
 windows (``cache_size=0``, a random one of ``--conversations`` × 300 messages, 4k budget)
     ``floor``: the floor's whole window. ``sql``: memstore's own statements for that
     window (recorded from a real window, replayed on a bare driver connection, rows
-    fetched, nothing decoded). ``sql+decode``: the same, and every row turned into a
-    ``StoredMessage``. ``window``: ``store.window``. The differences are the decoding and
-    everything above it (views, units, report, connection pool, validation).
+    fetched, nothing decoded). ``sql+decode``: the same, and the rows that window
+    decoded (those its view took) turned into ``StoredMessage`` objects. ``window``:
+    ``store.window``. The differences are the decoding and everything above it (views,
+    units, report, connection pool, validation).
 appends (one message to a random one of 50 conversations)
     ``floor``: the floor's insert, tokenizing included. ``sql``: memstore's own
     statements for one append on a bare driver connection, with parameters built
@@ -70,23 +71,34 @@ def _raw_connection(db: DbTarget) -> Any:
     return psycopg.connect(db.libpq_dsn, autocommit=True)
 
 
-def _recorded_statements(store: Any, cid: str, view: Any) -> list[tuple[str, dict[str, Any]]]:
-    """The hot statements (name, values) one window of ``cid`` runs."""
+def _recorded_statements(
+    store: Any, cid: str, view: Any
+) -> tuple[list[tuple[str, dict[str, Any]]], set[int]]:
+    """The hot statements (name, values) one window of ``cid`` runs, and the seqs of the
+    rows it decoded (a page's rows past the last one the view takes are never decoded)."""
     from memstore import _window
 
     seen: list[tuple[str, dict[str, Any]]] = []
+    decoded: set[int] = set()
     real = _window.SQLHistory._execute
+    real_decode = _window.decode_raw
 
     def record(self: Any, name: str, values: dict[str, Any]) -> Any:
         seen.append((name, dict(values)))
         return real(self, name, values)
 
+    def record_decode(row: Any, dialect: str, cid: str) -> Any:
+        decoded.add(int(row[0]))
+        return real_decode(row, dialect, cid)
+
     _window.SQLHistory._execute = record  # type: ignore[method-assign]
+    _window.decode_raw = record_decode  # type: ignore[assignment]
     try:
         store.window(cid, view)
     finally:
         _window.SQLHistory._execute = real  # type: ignore[method-assign]
-    return seen
+        _window.decode_raw = real_decode  # type: ignore[assignment]
+    return seen, decoded
 
 
 #: Where the message columns start in each hot statement's rows (see memstore._window).
@@ -117,18 +129,21 @@ def windows(db: DbTarget, ctx: Context, n: int, rounds: int, seed: int) -> dict[
     kind = "sqlite" if db.kind == "sqlite" else "postgresql"
     raw = _raw_connection(db)
     plans = {}
+    taken: dict[str, set[int]] = {}
     for i in range(n):
         cid = tenant_id(i)
+        statements, taken[cid] = _recorded_statements(store, cid, view)
         plans[cid] = [(name, q.hot(dialect, name), q.hot(dialect, name).params(values))
-                      for name, values in _recorded_statements(store, cid, view)]
+                      for name, values in statements]
 
     def replay(cid: str, decode: bool) -> None:
+        wanted = taken[cid]
         for name, compiled, params in plans[cid]:
             rows = raw.execute(compiled.sql, params).fetchall()
             offset = _MESSAGE_OFFSET[name]
             if decode and offset is not None:
                 for r in rows:
-                    if r[offset] is not None:
+                    if r[offset] is not None and r[offset] in wanted:
                         decode_raw(r[offset:], kind, cid)
 
     rng = random.Random(seed)
