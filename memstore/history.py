@@ -33,7 +33,13 @@ class HistorySource(Protocol):
     reads ahead offers ``first_page_for(token_limit) -> int | None``, the first page a
     view with that budget should ask for (the store on PostgreSQL returns the page its
     first statement already brought); ``None``, or no such method, lets the view size
-    its first page from ``message_count`` and ``token_total``.
+    its first page from ``message_count`` and ``token_total``. A source that builds its
+    messages lazily offers ``stream_newest_first(before, floor, first_page, max_page)``,
+    an iterator of the messages with ``floor <= seq < before``, newest first, counting
+    in ``rows_read`` each message as it is taken;
+    :class:`~memstore.units.ReverseReader` then reads through it instead of
+    :meth:`read_newest_first` (the store reads pages of rows as the reader would ask for
+    them and decodes a row only when it is taken).
     """
 
     @property
