@@ -287,13 +287,16 @@ class SQLHistory(SourceBase):
 
         The optional streaming hook of a source (see :class:`memstore.units.ReverseReader`):
         rows come from the database a page at a time (``first_page`` rows, doubling up to
-        ``max_page``), but each becomes a model only when the consumer takes it, so a view
-        that stops early pays nothing for the rest of its last page but the SQL.
+        ``max_page``; a page that came with the first statement counts as the first), but
+        each becomes a model only when the consumer takes it, so a view that stops early
+        pays nothing for the rest of its last page but the SQL.
         """
         before = min(before, self._last + 1)
         floor = max(floor, self._first)
         page = max(1, first_page)
         raw, dialect, cid = self._raw, self._decode, self._cid
+        if before - 1 in raw:  # the first page came with the first statement (PostgreSQL)
+            page = min(page * 2, max(page, max_page))
         seq = before - 1
         while seq >= floor:
             # Read again at every step: a read between two steps may have copied it.

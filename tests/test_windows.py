@@ -352,3 +352,43 @@ def test_a_window_builds_models_only_for_the_rows_it_takes(
     assert window.messages == expected.messages
     assert window.report.omitted == expected.report.omitted
     store.close()
+
+
+@pytest.mark.postgres
+def test_a_window_past_its_prefetched_page_reads_doubling_pages(
+    pg_url: str, counter: FixedCounter
+) -> None:
+    """PostgreSQL: the first page comes with the first statement; when the window needs
+    more (small new messages after large old ones fool the mean-size estimate), the next
+    reads are twice, then four times that page, so few round trips follow."""
+    from memstore.history import ListHistory
+
+    store = MemoryStore(pg_url, counter=counter, cache_size=0)
+    big = " ".join(["word"] * 200)
+    store.extend("skew", [Message.user(big) if i % 2 == 0 else Message.assistant(big)
+                          for i in range(300)])
+    store.extend("skew", [Message.user("hi") if i % 2 == 0 else Message.assistant("ok")
+                          for i in range(200)])
+    sizes: list[tuple[str, int]] = []
+    real_execute = _window.SQLHistory._execute
+
+    def record(self: Any, name: str, values: dict[str, Any]) -> Any:
+        rows = real_execute(self, name, values)
+        page = sum(1 for r in rows if r[6] != 0) if name == "conversation_page" else len(rows)
+        sizes.append((name, page))
+        return rows
+
+    view = TokenLimitedView(3000)
+    _window.SQLHistory._execute = record  # type: ignore[method-assign]
+    try:
+        window = store.window("skew", view)
+    finally:
+        _window.SQLHistory._execute = real_execute  # type: ignore[method-assign]
+    assert window.messages == view.select(ListHistory(store.messages("skew")), counter).messages
+    assert len(window.messages) > 200  # every small message and a few large ones
+    (head, first), *follow = sizes
+    assert head == "conversation_page" and first < 100
+    assert [name for name, _ in follow] == ["range_checked"] * len(follow)
+    assert [n for _, n in follow] == [first * 2 ** (i + 1) for i in range(len(follow))]
+    assert len(follow) == 2  # 1 + 2 + 4 pages hold the 200 small messages and the large ones
+    store.close()
