@@ -174,10 +174,7 @@ def decode_raw(row: Any, dialect: str, cid: str) -> StoredMessage:
         if calls is not None:
             calls = json.loads(calls)
         meta = json.loads(meta) if meta is not None else {}
-        if type(created_at) is str and len(created_at) == _SQLITE_TIME_LENGTH:
-            created_at = _fromisoformat(created_at + "+00:00")  # sqlite_time's common case
-        else:
-            created_at = sqlite_time(created_at)
+        created_at = sqlite_time(created_at)
     else:
         if meta is None:
             meta = {}
@@ -185,8 +182,7 @@ def decode_raw(row: Any, dialect: str, cid: str) -> StoredMessage:
             created_at = created_at.replace(tzinfo=timezone.utc)
         elif created_at.utcoffset():
             created_at = created_at.astimezone(timezone.utc)
-    message: StoredMessage = _new(StoredMessage)  # _stored, inlined
-    _set(message, "__dict__", {
+    return _stored({
         "role": role,
         "content": text if text is not None else (_parts(parts) if parts is not None else None),
         "name": name, "tool_calls": _tool_calls(calls) if calls is not None else None,
@@ -194,10 +190,6 @@ def decode_raw(row: Any, dialect: str, cid: str) -> StoredMessage:
         "metadata": meta, "id": mid, "conversation_id": cid, "seq": int(seq),
         "created_at": created_at, "token_count": int(tokens), "token_counter": counter,
     })
-    _set(message, "__pydantic_fields_set__", _STORED_FIELDS)
-    _set(message, "__pydantic_extra__", None)
-    _set(message, "__pydantic_private__", None)
-    return message
 
 
 def message_row(

@@ -312,13 +312,7 @@ class SQLHistory(SourceBase):
                     self._fetch(start, seq + 1)
                     page = min(page * 2, max(page, max_page))
                 message = decode_raw(raw.pop(seq), dialect, cid)
-                if self._shared:  # _add, inlined
-                    self._known = known = dict(known)
-                    self._shared = False
-                known[seq] = message
-                if seq > self._newest_known:
-                    self._newest_known = seq
-                self._decoded += 1
+                self._add(message)
             else:
                 self.rows_cached += 1
             self.rows_read += 1

@@ -73,7 +73,6 @@ from memstore._viewparts import (
 from memstore.errors import ConfigurationError, MemstoreError
 from memstore.history import HistorySource, ListHistory
 from memstore.models import (
-    ANCHOR_ROLES,
     ContextWindow,
     Message,
     StoredMessage,
@@ -446,20 +445,11 @@ class TokenLimitedView(ContextView):
         remaining = 0
         name = counter.name
         reader = ReverseReader(source, first_page=_budget_page(source, self.token_limit))
-        kept_messages = ledger.kept
-        # Ledger.candidates and Ledger.keep, inlined: this loop runs once per unit read.
-        for unit in BackwardUnits(reader):
-            if not unit.complete:
-                ledger.omit(unit, "incomplete_unit")
-                continue
+        for unit in ledger.candidates(BackwardUnits(reader)):
             members = unit.messages
-            if len(members) == 1:  # most units: inline Unit.anchored and Unit.tokens
+            if len(members) == 1:  # most units: inline Unit.tokens
                 m = members[0]
-                if m.pinned or m.role in ANCHOR_ROLES:
-                    continue
                 tokens = m.token_count if m.token_counter == name else counter.count_message(m)
-            elif unit.anchored:
-                continue
             else:
                 tokens = unit.tokens(counter)
             if not kept:
@@ -470,11 +460,7 @@ class TokenLimitedView(ContextView):
                 break
             else:
                 remaining -= tokens
-            if ledger.reasons:
-                ledger.keep(unit)
-            else:
-                for m in members:
-                    kept_messages[m.seq] = m
+            ledger.keep(unit)
             kept.append(unit)
         if not kept and anchors.units:
             _budget_check(self, counter, self.token_limit, self.reserve, tools_tokens,
