@@ -56,7 +56,7 @@ from memstore.models import (
     StoredMessage,
     Summary,
 )
-from memstore.tokens import TokenCounter, default_counter, validate_counter
+from memstore.tokens import TokenCounter, count_each, default_counter, validate_counter
 from memstore.views import ContextView
 
 T = TypeVar("T")
@@ -365,11 +365,15 @@ def check_token_count(counter: TokenCounter, tokens: Any) -> int:
 
 
 def prepare(counter: TokenCounter, messages: Iterable[Any]) -> list[_rows.Prepared]:
-    """Validate every message and count its tokens, before any database work."""
-    return [
-        _rows.Prepared(m, check_token_count(counter, counter.count_message(m)))
-        for m in map(coerce_message, messages)
-    ]
+    """Validate every message and count its tokens, before any database work.
+
+    A batch is counted through the counter's ``count_each`` (see
+    :func:`memstore.tokens.count_each`): the default counter spreads a large one across
+    threads.
+    """
+    items = list(map(coerce_message, messages))
+    counts = [counter.count_message(items[0])] if len(items) == 1 else count_each(counter, items)
+    return [_rows.Prepared(m, check_token_count(counter, n)) for m, n in zip(items, counts)]
 
 
 def check_view(view: Any) -> ContextView:

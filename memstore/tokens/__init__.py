@@ -6,8 +6,9 @@ time, store it with the counter's ``name``, and budget a window by summing store
 counts instead of re-tokenising history.
 
 A counter must implement ``name``, ``count_message`` and ``count_messages``
-(:class:`TokenCounter`); ``priming`` and ``count_tools`` are optional, reached
-through :func:`counter_priming` and :func:`count_tool_schemas`.
+(:class:`TokenCounter`); ``priming``, ``count_tools`` and ``count_each`` are
+optional, reached through :func:`counter_priming`, :func:`count_tool_schemas` and
+:func:`count_each`.
 :class:`BaseTokenCounter` gives a subclass that implements ``name`` and
 ``count_message`` the rest.
 
@@ -28,8 +29,9 @@ Every memstore counter has a ``name`` that identifies it and its parameters;
 
 The package is split by concern: ``_base`` (protocol, base class, helpers),
 ``_simple`` (FixedCounter, ApproxCounter), ``_images`` (vision pricing),
-``_loading`` (offline tiktoken encodings), ``_openai`` (TiktokenCounter) and
-``_names`` (counter_from_name, default_counter).
+``_loading`` (offline tiktoken encodings), ``_openai`` (TiktokenCounter),
+``_parallel`` (counting a large batch on several threads) and ``_names``
+(counter_from_name, default_counter).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from __future__ import annotations
 from memstore.tokens._base import (
     BaseTokenCounter,
     TokenCounter,
+    count_each,
     count_tool_schemas,
     counter_priming,
     message_tokens,
@@ -52,6 +55,7 @@ __all__ = [
     "FixedCounter",
     "TiktokenCounter",
     "TokenCounter",
+    "count_each",
     "count_tool_schemas",
     "counter_from_name",
     "counter_priming",

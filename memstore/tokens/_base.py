@@ -1,10 +1,10 @@
 """The :class:`TokenCounter` protocol, :class:`BaseTokenCounter`, and helpers over any counter.
 
 What a counter must implement is exactly the protocol: ``name``,
-``count_message`` and ``count_messages``. ``priming`` and ``count_tools`` are
-optional capabilities; memstore reaches them only through :func:`counter_priming`
-and :func:`count_tool_schemas`, which derive or refuse clearly when a counter
-lacks them.
+``count_message`` and ``count_messages``. ``priming``, ``count_tools`` and
+``count_each`` are optional capabilities; memstore reaches them only through
+:func:`counter_priming`, :func:`count_tool_schemas` and :func:`count_each`, which
+derive, fall back or refuse clearly when a counter lacks them.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from memstore.models import Message, StoredMessage
 __all__ = [
     "BaseTokenCounter",
     "TokenCounter",
+    "count_each",
     "count_tool_schemas",
     "counter_priming",
     "message_tokens",
@@ -35,7 +36,7 @@ class TokenCounter(Protocol):
     (the constant is the reply priming), which is what lets the store count a
     message once, at write time, and budget windows by summing stored counts.
 
-    Two optional members are used when present:
+    Three optional members are used when present:
 
     * ``priming`` (an ``int``): the tokens ``count_messages`` adds once per request.
       When absent, memstore derives it as ``count_messages([])``
@@ -43,9 +44,15 @@ class TokenCounter(Protocol):
     * ``count_tools(tools) -> int``: the tokens tool (function) schemas add to a
       request. Needed only by views given ``tools=``; without it they raise
       :class:`~memstore.errors.ConfigurationError` (:func:`count_tool_schemas`).
+    * ``count_each(messages) -> list[int]``: ``count_message`` of each message of a
+      batch, in order, perhaps faster than one at a time (the store counts an
+      ``extend`` or an import through it; :class:`~memstore.tokens.TiktokenCounter`
+      splits a large batch across threads). Without it, the store calls
+      ``count_message`` per message (:func:`count_each`).
 
-    :class:`BaseTokenCounter` provides ``count_messages``, ``priming`` and
-    ``count_tools`` to a subclass that implements ``name`` and ``count_message``.
+    :class:`BaseTokenCounter` provides ``count_messages``, ``priming``,
+    ``count_tools`` and ``count_each`` to a subclass that implements ``name`` and
+    ``count_message``.
 
     Attributes:
         name: a stable, non-empty identifier stored with every cached count
@@ -169,6 +176,38 @@ def count_tool_schemas(counter: TokenCounter, tools: Sequence[Mapping[str, Any]]
     return _check_count(counter, "count_tools", count_tools(tools))
 
 
+def count_each(counter: TokenCounter, messages: Sequence[Message]) -> list[int]:
+    """``counter.count_message`` of each message, through ``count_each`` when it has one.
+
+    Args:
+        counter: any token counter.
+        messages: the batch, in order.
+
+    Returns:
+        One count per message, in order (each is checked where it is stored).
+
+    Raises:
+        ConfigurationError: the counter's ``count_each`` did not return a list with one
+            count per message.
+    """
+    each = getattr(counter, "count_each", None)
+    if not callable(each):
+        return [counter.count_message(m) for m in messages]
+    counts = each(messages)
+    if not isinstance(counts, list) or len(counts) != len(messages):
+        raise ConfigurationError(
+            f"{_describe(counter)}: count_each must return a list of one count per message "
+            f"({len(messages)}), got {_shape(counts)}"
+        )
+    return counts
+
+
+def _shape(value: object) -> str:
+    if isinstance(value, list):
+        return f"a list of {len(value)}"
+    return f"a {type(value).__name__}"
+
+
 def message_tokens(message: Message, counter: TokenCounter) -> int:
     """Tokens of ``message`` under ``counter``, using the stored count when it is valid.
 
@@ -212,6 +251,7 @@ class BaseTokenCounter:
     A subclass gets:
 
     * ``count_messages(messages)``: the sum of ``count_message`` plus ``priming``;
+    * ``count_each(messages)``: ``count_message`` of each, one after another;
     * ``priming``: 0 (override it with a property or a class attribute);
     * ``count_tools(tools)``: the schemas rendered as one JSON text (the
       ``json.dumps`` of the list, non-ASCII kept) counted by the subclass's
@@ -256,6 +296,17 @@ class BaseTokenCounter:
             The request's prompt tokens.
         """
         return sum(self.count_message(m) for m in messages) + self.priming
+
+    def count_each(self, messages: Sequence[Message]) -> list[int]:
+        """``count_message`` of each message, in order (override it to count faster).
+
+        Args:
+            messages: a batch of messages.
+
+        Returns:
+            One count per message.
+        """
+        return [self.count_message(m) for m in messages]
 
     def count_text(self, text: str) -> int:
         """Tokens of a plain text: the hook ``count_tools`` counts schemas with.
