@@ -540,8 +540,8 @@ def load_state(
     if src and src[-1].seq - src[0].seq + 1 != len(src):
         raise InvalidInputError("state messages must have contiguous seqs")
     if recounter is not None:  # snapshots are not trusted: recount every message
-        src = [m.model_copy(update=dict(zip(("token_count", "token_counter"),
-                                            recounter.count(m)))) for m in src]
+        src = [m.model_copy(update={"token_count": n, "token_counter": name})
+               for m, (n, name) in zip(src, recounter.count_batch(src))]
     dialect = conn.dialect.name
     existing = conn.execute(q.conversation(cid, for_update=True)).first()
     c = state.conversation
@@ -672,6 +672,29 @@ class Recounter:
             self.recounted += 1
         return tokens, counter.name
 
+    def count_batch(self, messages: Sequence[StoredMessage]) -> list[tuple[int, str]]:
+        """:meth:`count` of each message; a batch with one counter goes through ``count_each``.
+
+        (The default counter spreads a large batch across threads, see
+        :func:`memstore.tokens.count_each`.) A mixed batch, or one whose counter fails,
+        is counted message by message.
+        """
+        from memstore.errors import MemstoreError
+        from memstore.tokens import count_each
+
+        names = {m.token_counter for m in messages}
+        if len(names) != 1:
+            return [self.count(m) for m in messages]
+        counter = self._counter(names.pop()) or self.default
+        try:
+            counts = count_each(counter, messages)
+        except MemstoreError:
+            return [self.count(m) for m in messages]  # the fallbacks, message by message
+        name = counter.name
+        self.recounted += sum(1 for m, n in zip(messages, counts)
+                              if n != m.token_count or name != m.token_counter)
+        return [(n, name) for n in counts]
+
 
 LoadMode = str  # "replace" | "append" | "merge"
 
@@ -740,7 +763,7 @@ class Loader:
             batch = self._new_only(batch)
             if not batch:
                 return
-        counted = [self.recounter.count(m) for m in batch]
+        counted = self.recounter.count_batch(batch)
         if self.fresh:
             seqs = []
             for m in batch:

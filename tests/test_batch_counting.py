@@ -290,3 +290,41 @@ def test_a_bad_count_from_count_each_writes_nothing(db_url: str) -> None:
         assert store.list_conversations() == []
         store.append("c", Message.user("a"))  # one message: count_message
         assert [m.token_count for m in store.messages("c")] == [1]
+
+
+def test_imports_and_loaded_states_are_recounted_in_batches(
+    db_url: str, tiktoken2: TiktokenCounter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+    import json
+
+    from memstore.transfer import export_jsonl, import_jsonl
+
+    chunked: list[int] = []
+    real = _parallel.map_chunks
+
+    def spy(fn: Any, chunks: list[Sequence[Any]]) -> Any:
+        chunked.append(len(chunks))
+        return real(fn, chunks)
+
+    monkeypatch.setattr("memstore.tokens._openai.map_chunks", spy)
+    messages = batch(60, 800)
+    expected = [tiktoken2.count_message(m) for m in messages]
+    with MemoryStore(db_url, counter=tiktoken2) as store:
+        store.extend("c", messages)
+        out = io.StringIO()
+        export_jsonl(store, out, ["c"])
+        lines = out.getvalue().splitlines()
+        for i in (1, 7, 30):  # three counts a file got wrong
+            lines[i] = json.dumps({**json.loads(lines[i]), "token_count": 0})
+        chunked.clear()
+        result = import_jsonl(store, io.StringIO("\n".join(lines)), rename="copy")
+        assert result.conversations[0].recounted == 3
+        assert [m.token_count for m in store.messages("copy")] == expected
+        assert 2 in chunked  # the recount split the batch
+        state = store.save_state("c").model_dump()
+        state["messages"][5]["token_count"] = 1
+        chunked.clear()
+        store.load_state(state, conversation_id="loaded")
+        assert [m.token_count for m in store.messages("loaded")] == expected
+        assert 2 in chunked
