@@ -16,6 +16,12 @@ appends (one message to a random one of 50 conversations)
     statements for one append on a bare driver connection, with parameters built
     beforehand (PostgreSQL: one statement in autocommit; SQLite: ``BEGIN IMMEDIATE``,
     allocation, insert, ``COMMIT``). ``append``: ``store.append``, tokenizing included.
+extends (100 messages to a random one of 50 conversations)
+    ``floor``: the floor's ``executemany`` in one transaction, tokenizing included.
+    ``count``: memstore validating and counting the batch on one thread (no database).
+    ``one thread``: ``store.extend`` with ``TiktokenCounter(threads=1)``. ``extend``:
+    ``store.extend`` with the default counter, which counts a large batch on up to
+    four threads (two on a 2-core machine).
 
 Example::
 
@@ -40,6 +46,7 @@ from benchmarks.deploy import (
     BUDGET,
     DURABILITY,
     _floor,
+    _FloorExtend,
     _messages,
     append_fixture,
     tenant_id,
@@ -162,15 +169,16 @@ def windows(db: DbTarget, ctx: Context, n: int, rounds: int, seed: int) -> dict[
     return out
 
 
-def appends(db: DbTarget, ctx: Context, rounds: int, seed: int) -> dict[str, float]:
-    """The append layers' medians (ms)."""
+def appends(db: DbTarget, ctx: Context, rounds: int, seed: int,
+            fixture: tuple[Any, Any]) -> dict[str, float]:
+    """The append layers' medians (ms), on ``append_fixture``'s store and floor."""
     from benchmarks.workload import _Gen
     from memstore import Message, _ops
     from memstore import _statements as q
     from memstore._rows import Prepared, message_row, new_message_id, utcnow
 
     counter = ctx.reference.counter  # type: ignore[attr-defined]
-    store, floor = append_fixture(db, ctx, seed)
+    store, floor = fixture
     dialect = store.engine.dialect
     raw = _raw_connection(db)
     if db.kind == "sqlite":
@@ -204,9 +212,35 @@ def appends(db: DbTarget, ctx: Context, rounds: int, seed: int) -> dict[str, flo
         "append": lambda k: store.append(cids[int(k)], msgs[2 * rounds + int(k)]),
     }
     out = _alternate(cases, keys)
-    store.close()
-    floor.close()
     raw.close()
+    return out
+
+
+def extends(db: DbTarget, rounds: int, seed: int, fixture: tuple[Any, Any]) -> dict[str, float]:
+    """The ``extend`` layers' medians (ms), on ``append_fixture``'s store and floor."""
+    from memstore import MemoryStore, TiktokenCounter
+    from memstore._base import prepare
+
+    store, floor = fixture
+    counter = store.counter
+    if not isinstance(counter, TiktokenCounter):
+        raise SystemExit("the extend layers compare TiktokenCounter's threads; "
+                         f"this run counts with {counter.name}")
+    single = TiktokenCounter(counter.encoding_name, threads=1)
+    one = MemoryStore(db.url(), counter=single, migrate="check", durability=DURABILITY)
+    fx = _FloorExtend(floor)
+    batches = [_messages(seed, 40_000 + k, 100) for k in range(50)]
+    rng = random.Random(seed + 2)
+    picks = {str(k): (f"app-{rng.randrange(APPEND_CONVERSATIONS)}", batches[k % 50])
+             for k in range(rounds)}
+    cases: dict[str, Callable[[str], Any]] = {
+        "floor": lambda k: fx(*picks[k]),
+        "count": lambda k: prepare(single, picks[k][1]),
+        "one thread": lambda k: one.extend(*picks[k]),
+        "extend": lambda k: store.extend(*picks[k]),
+    }
+    out = _alternate(cases, list(picks))
+    one.close()
     return out
 
 
@@ -238,7 +272,13 @@ def main(argv: list[str] | None = None) -> int:
         db = create_db(job)
         try:
             w = windows(db, ctx, args.conversations, args.rounds, args.seed)
-            a = appends(db, ctx, args.rounds, args.seed)
+            fixture = append_fixture(db, ctx, args.seed)
+            try:
+                a = appends(db, ctx, args.rounds, args.seed, fixture)
+                e = extends(db, max(100, args.rounds // 5), args.seed, fixture)
+            finally:
+                fixture[0].close()
+                fixture[1].close()
         finally:
             drop_db(job, db)
         f = w["floor"]
@@ -251,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{kind}: single append (median ms, × floor)")
         for name in ("floor", "sql", "append"):
             print(f"  {name:12s} {a[name]:7.3f}  {a[name] / a['floor']:5.2f}×")
+        print(f"{kind}: extend of 100 messages (median ms, × floor)")
+        for name in ("floor", "count", "one thread", "extend"):
+            print(f"  {name:12s} {e[name]:7.3f}  {e[name] / e['floor']:5.2f}×")
         sys.stdout.flush()
     loop.close()
     return 0
