@@ -33,10 +33,10 @@ from memstore._engine import (
 from memstore._validate import (
     MAX_COUNTER_NAME_LENGTH,
     MAX_SEQ,
-    MAX_TOKEN_COUNT,
     check_json,
     check_json_size,
     check_size,
+    check_token_count,
     short_repr,
     text_problem,
     utf8_size,
@@ -351,16 +351,6 @@ def coerce_message(message: Any) -> Message:
     raise InvalidInputError(
         f"a message must be a memstore Message or an OpenAI message dict, "
         f"not {type(message).__name__}"
-    )
-
-
-def check_token_count(counter: TokenCounter, tokens: Any) -> int:
-    """A count the counter returned, checked to fit the ``token_count`` column."""
-    if isinstance(tokens, int) and not isinstance(tokens, bool) and 0 <= tokens <= MAX_TOKEN_COUNT:
-        return tokens
-    raise InvalidInputError(
-        f"token counter {counter.name!r} counted {_short(tokens)} tokens for a message; "
-        f"a message's count must be an int in [0, {MAX_TOKEN_COUNT}]"
     )
 
 

@@ -32,6 +32,7 @@ from memstore._rows import (
     to_summary,
     utcnow,
 )
+from memstore._validate import check_token_count
 from memstore._window import SQLHistory
 from memstore.errors import (
     ConflictError,
@@ -668,6 +669,7 @@ class Recounter:
             self._by_name[message.token_counter] = None  # e.g. an encoding not available
             counter = self.default
             tokens = counter.count_message(message)
+        tokens = check_token_count(counter, tokens)
         if tokens != message.token_count or counter.name != message.token_counter:
             self.recounted += 1
         return tokens, counter.name
@@ -679,7 +681,7 @@ class Recounter:
         :func:`memstore.tokens.count_each`.) A mixed batch, or one whose counter fails,
         is counted message by message.
         """
-        from memstore.errors import MemstoreError
+        from memstore.errors import ConfigurationError, MemstoreError
         from memstore.tokens import count_each
 
         names = {m.token_counter for m in messages}
@@ -688,8 +690,11 @@ class Recounter:
         counter = self._counter(names.pop()) or self.default
         try:
             counts = count_each(counter, messages)
+        except ConfigurationError:
+            raise  # a count_each that breaks its contract, as extend reports it
         except MemstoreError:
             return [self.count(m) for m in messages]  # the fallbacks, message by message
+        counts = [check_token_count(counter, n) for n in counts]
         name = counter.name
         self.recounted += sum(1 for m, n in zip(messages, counts)
                               if n != m.token_count or name != m.token_counter)

@@ -26,7 +26,8 @@ round-trip, before any database work:
 
 Each check raises :class:`ValueError` with a message naming the value's place
 (pydantic turns it into a ``ValidationError`` naming the field); the stores wrap it
-in :class:`~memstore.errors.InvalidInputError` for call arguments.
+in :class:`~memstore.errors.InvalidInputError` for call arguments. A counter's result
+is checked by :func:`check_token_count`, which raises that error itself.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ import json
 import math
 from collections.abc import Mapping
 from typing import Any
+
+from memstore.errors import InvalidInputError
 
 __all__ = [
     "MAX_COUNTER_NAME_LENGTH",
@@ -48,6 +51,7 @@ __all__ = [
     "check_json_size",
     "check_size",
     "check_text",
+    "check_token_count",
     "json_size",
     "json_size_bound",
     "short_repr",
@@ -82,6 +86,20 @@ MAX_COUNTER_NAME_LENGTH = 64
 #: one summary text, one conversation's metadata. Far above any model's context window,
 #: and under PostgreSQL's ``jsonb`` (255 MiB) and text (1 GiB) limits and SQLite's 1 GB.
 MAX_RECORD_BYTES = 64 * 2**20
+
+
+def check_token_count(counter: Any, tokens: Any) -> int:
+    """A count ``counter`` returned, checked to fit the ``token_count`` column.
+
+    Raises:
+        InvalidInputError: not an int in ``[0, MAX_TOKEN_COUNT]`` (a bool is not a count).
+    """
+    if isinstance(tokens, int) and not isinstance(tokens, bool) and 0 <= tokens <= MAX_TOKEN_COUNT:
+        return tokens
+    raise InvalidInputError(
+        f"token counter {counter.name!r} counted {short_repr(tokens)} tokens for a message; "
+        f"a message's count must be an int in [0, {MAX_TOKEN_COUNT}]"
+    )
 
 
 def short_repr(value: Any) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 from memstore import MemoryStore
 from memstore.aio import AsyncMemoryStore
-from memstore.errors import ConfigurationError
+from memstore.errors import ConfigurationError, InvalidInputError
 from memstore.models import Message, TextPart, ToolCall
 from memstore.tokens import BaseTokenCounter, FixedCounter, TiktokenCounter, _parallel, count_each
 from memstore.tokens._openai import _text_chars
@@ -328,3 +329,57 @@ def test_imports_and_loaded_states_are_recounted_in_batches(
         store.load_state(state, conversation_id="loaded")
         assert [m.token_count for m in store.messages("loaded")] == expected
         assert 2 in chunked
+
+
+def test_a_forked_child_does_not_inherit_a_held_lock() -> None:
+    Recording().count_each([Message.user("x" * 400) for _ in range(10)])
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    with _parallel._lock:  # held by the parent at the moment of the fork
+        child = context.Process(target=_count_in_child, args=(queue,))
+        child.start()
+    counts, _pooled = queue.get(timeout=60)
+    child.join(60)
+    assert child.exitcode == 0 and counts == [403] * 10
+
+
+def test_cgroup_quotas_cap_the_cpus() -> None:
+    assert _parallel._quota_cpus("max", "100000") is None
+    assert _parallel._quota_cpus("-1", "100000") is None
+    assert _parallel._quota_cpus("150000", "100000") == 2
+    assert _parallel._quota_cpus("100000", "100000") == 1
+    assert _parallel._quota_cpus("50000", "100000") == 1
+    assert 1 <= _parallel.available_cpus() <= (os.cpu_count() or 1)
+
+
+class BadCounts(Plain):
+    """A store counter whose count_each returns values that are not counts."""
+
+    name = "test/bad-counts"
+
+    def count_each(self, messages: Sequence[Message]) -> Any:
+        return [3, True, 2.5][: len(messages)]
+
+
+def test_imported_and_loaded_counts_are_checked_like_extended_ones(db_url: str) -> None:
+    import io
+
+    from memstore.transfer import export_jsonl, import_jsonl
+
+    messages = [Message.user("a"), Message.user("bb"), Message.user("ccc")]
+    with MemoryStore(db_url, counter=Plain()) as source:
+        source.extend("c", messages)
+        out = io.StringIO()
+        export_jsonl(source, out, ["c"])
+        state = source.save_state("c")
+    for counter, error in ((BadCounts(), InvalidInputError), (WrongLength(), ConfigurationError)):
+        with MemoryStore(db_url, counter=counter) as store:
+            with pytest.raises(error, match="count"):
+                store.extend("x", messages)
+            lines = [line.replace('"test/plain"', f'"{counter.name}"')
+                     for line in out.getvalue().splitlines()]
+            with pytest.raises(error, match="count"):
+                import_jsonl(store, io.StringIO("\n".join(lines)), rename="copy")
+            with pytest.raises(error, match="count"):
+                store.load_state(state, conversation_id="loaded")
+            assert {c.id for c in store.list_conversations()} == {"c"}  # nothing written

@@ -69,17 +69,20 @@ class TiktokenCounter(BaseTokenCounter):
       autogen-ext's ``count_tokens_openai``; see :meth:`count_tools`.
 
     **Batches** (:meth:`count_each`, which the store uses for ``extend`` and imports):
-    a batch with more than ``PARALLEL_MIN_CHARS`` (16,000) characters of text is split
+    a batch with at least ``PARALLEL_MIN_CHARS`` (16,000) characters of text is split
     across up to ``threads`` threads. tiktoken encodes without holding the GIL, so an
     ``extend`` of a hundred chat messages is counted in about two thirds of the time on
-    two cores. The counts are the same either way; ``threads=1`` turns this off.
+    two idle cores. The counts are the same either way. When the cores are busy anyway
+    (a server counting several batches at once), splitting gains nothing and costs a
+    few percent: pass ``threads=1`` there.
 
     Args:
         encoding: a tiktoken encoding name; default ``"cl100k_base"``.
         model: an OpenAI model name (e.g. ``"gpt-4o"``), resolved to its encoding with
             tiktoken's model table. Give ``encoding`` or ``model``, not both.
         threads: the most threads a large batch is counted on, the calling thread
-            included (>= 1). Default: the CPUs this process may use, at most 4.
+            included (>= 1). Default: the CPUs this process may use (its affinity
+            mask, capped by a container's CPU quota), at most 4.
 
     Raises:
         ConfigurationError: both or neither valid ``encoding``/``model``, an unknown
@@ -208,7 +211,7 @@ class TiktokenCounter(BaseTokenCounter):
     def count_each(self, messages: Sequence[Message]) -> list[int]:
         """:meth:`count_message` of each message, in order; a large batch on several threads.
 
-        A batch holding more than ``PARALLEL_MIN_CHARS`` characters of text is cut into
+        A batch holding at least ``PARALLEL_MIN_CHARS`` characters of text is cut into
         contiguous chunks of about equal text, one per thread (at most
         :attr:`threads`); the calling thread counts the first. A chunk the shared pool
         has not started by then (it is busy) is counted on the calling thread instead.
