@@ -116,8 +116,9 @@ def test_a_large_batch_is_counted_on_two_threads_and_a_small_one_on_the_caller()
     assert set(counter.threads) == {caller}
 
 
-def test_tiktoken_splits_only_past_its_threshold(monkeypatch: pytest.MonkeyPatch,
-                                                 tiktoken2: TiktokenCounter) -> None:
+@pytest.fixture
+def chunked(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many chunks each of TiktokenCounter's batches was cut into, in call order."""
     seen: list[int] = []
     real = _parallel.map_chunks
 
@@ -126,6 +127,11 @@ def test_tiktoken_splits_only_past_its_threshold(monkeypatch: pytest.MonkeyPatch
         return real(fn, chunks)
 
     monkeypatch.setattr("memstore.tokens._openai.map_chunks", spy)
+    return seen
+
+
+def test_tiktoken_splits_only_past_its_threshold(chunked: list[int],
+                                                 tiktoken2: TiktokenCounter) -> None:
     small = batch(8, 1_000)
     large = batch(40, 1_000)
     assert sum(map(_text_chars, small)) < _parallel.PARALLEL_MIN_CHARS
@@ -133,7 +139,7 @@ def test_tiktoken_splits_only_past_its_threshold(monkeypatch: pytest.MonkeyPatch
     tiktoken2.count_each(small)
     tiktoken2.count_each(large)
     TiktokenCounter(threads=1).count_each(large)
-    assert seen == [1, 2, 1]
+    assert chunked == [1, 2, 1]
 
 
 def test_text_chars_counts_what_is_encoded() -> None:
@@ -294,21 +300,13 @@ def test_a_bad_count_from_count_each_writes_nothing(db_url: str) -> None:
 
 
 def test_imports_and_loaded_states_are_recounted_in_batches(
-    db_url: str, tiktoken2: TiktokenCounter, monkeypatch: pytest.MonkeyPatch
+    db_url: str, tiktoken2: TiktokenCounter, chunked: list[int]
 ) -> None:
     import io
     import json
 
     from memstore.transfer import export_jsonl, import_jsonl
 
-    chunked: list[int] = []
-    real = _parallel.map_chunks
-
-    def spy(fn: Any, chunks: list[Sequence[Any]]) -> Any:
-        chunked.append(len(chunks))
-        return real(fn, chunks)
-
-    monkeypatch.setattr("memstore.tokens._openai.map_chunks", spy)
     messages = batch(60, 800)
     expected = [tiktoken2.count_message(m) for m in messages]
     with MemoryStore(db_url, counter=tiktoken2) as store:
