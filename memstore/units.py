@@ -38,6 +38,7 @@ import functools
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from types import GeneratorType
 from typing import NamedTuple
 
 from memstore.history import HistorySource
@@ -233,7 +234,9 @@ class ReverseReader:
         self._stream: Iterator[StoredMessage] | None = None
         if stream is not None and not self._done:
             # The source pages itself and builds each message only when it is taken.
-            self._stream = stream(self._before, self._floor, self._page, self._max_page)
+            it = stream(self._before, self._floor, self._page, self._max_page)
+            # ``exhausted`` reads a generator's state: wrap any other iterator in one.
+            self._stream = it if isinstance(it, GeneratorType) else (m for m in it)
             self._done = True
         self._messages = (
             self._stream if self._stream is not None and observer is None

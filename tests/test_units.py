@@ -240,6 +240,22 @@ def test_reverse_reader_reads_through_a_sources_stream(observe: bool) -> None:
     assert len(source.calls) == 2
 
 
+class _IteratorStreaming(ListHistory):
+    """A streaming hook that returns a plain iterator, not a generator."""
+
+    def stream_newest_first(self, before: int, floor: int, first_page: int,
+                            max_page: int) -> Iterator[StoredMessage]:
+        return iter(self.read(floor, before)[::-1])
+
+
+def test_reverse_reader_knows_when_a_plain_iterator_stream_is_exhausted() -> None:
+    source = _IteratorStreaming(stored([U(str(i)) for i in range(10)]))
+    reader = ReverseReader(source, floor=4)
+    assert next(reader).seq == 10 and not reader.exhausted
+    assert [m.seq for m in reader] == [9, 8, 7, 6, 5, 4]
+    assert reader.exhausted
+
+
 def test_observer_sees_every_consumed_message_in_order() -> None:
     h = stored([U(str(i)) for i in range(10)])
     seen: list[int] = []
