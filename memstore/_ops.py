@@ -669,6 +669,10 @@ class Recounter:
             self._by_name[message.token_counter] = None  # e.g. an encoding not available
             counter = self.default
             tokens = counter.count_message(message)
+        return self._checked(counter, message, tokens)
+
+    def _checked(self, counter: Any, message: StoredMessage, tokens: Any) -> tuple[int, str]:
+        """``(tokens, counter name)`` with the count checked; tallies a changed count."""
         tokens = check_token_count(counter, tokens)
         if tokens != message.token_count or counter.name != message.token_counter:
             self.recounted += 1
@@ -694,11 +698,7 @@ class Recounter:
             raise  # a count_each that breaks its contract, as extend reports it
         except MemstoreError:
             return [self.count(m) for m in messages]  # the fallbacks, message by message
-        counts = [check_token_count(counter, n) for n in counts]
-        name = counter.name
-        self.recounted += sum(1 for m, n in zip(messages, counts)
-                              if n != m.token_count or name != m.token_counter)
-        return [(n, name) for n in counts]
+        return [self._checked(counter, m, n) for m, n in zip(messages, counts)]
 
 
 LoadMode = str  # "replace" | "append" | "merge"

@@ -223,11 +223,7 @@ class TiktokenCounter(BaseTokenCounter):
             One count per message, equal to ``count_message`` of it.
         """
         chunks = split_by_size(messages, self._threads, _text_chars, PARALLEL_MIN_CHARS)
-        return map_chunks(self._count_list, chunks)
-
-    def _count_list(self, messages: Sequence[Message]) -> list[int]:
-        count = self.count_message
-        return [count(m) for m in messages]
+        return map_chunks(super().count_each, chunks)  # one by one within a chunk
 
     def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
         """Tokens that function-tool schemas add to a request.
