@@ -21,7 +21,7 @@ from typing import Any, Literal, TypeVar
 
 from sqlalchemy import Connection, Engine
 
-from memstore import _ops, _rows, _statements, _window, migrate
+from memstore import _ops, _rows, _snapshots, _statements, _window, migrate
 from memstore._cache import CacheInfo, RowCache
 from memstore._engine import (
     check_durability,
@@ -400,7 +400,8 @@ class Plan:
     """One store call, ready to run: what both stores execute.
 
     Attributes:
-        fn: an :mod:`memstore._ops` function, called as ``fn(conn, *args[, prepared])``.
+        fn: an :mod:`memstore._ops` (or :mod:`memstore._snapshots`) function, called as
+            ``fn(conn, *args[, prepared])``.
         args: its arguments (already validated).
         write: run in a write transaction.
         snapshot: read several statements from one snapshot.
@@ -546,14 +547,15 @@ class Planner:
 
     # state
     def save_state(self, conversation_id: Any, view: Any = None) -> Plan:
-        return Plan(_ops.save_state, (check_conversation_id(conversation_id), view_config(view)),
+        cid = check_conversation_id(conversation_id)
+        return Plan(_snapshots.save_state, (cid, view_config(view)),
                     snapshot=True)
 
     def load_state(self, state: Any, conversation_id: Any, replace: Any) -> Plan:
         parsed = coerce_state(state)
         cid = check_conversation_id(
             parsed.conversation.id if conversation_id is None else conversation_id)
-        return Plan(_ops.load_state, (parsed, cid, bool(replace)), write=True)
+        return Plan(_snapshots.load_state, (parsed, cid, bool(replace)), write=True)
 
     # summaries
     def summaries(self, conversation_id: Any) -> Plan:
@@ -749,7 +751,7 @@ def restore_plan(
 ) -> tuple[Plan, Any, int]:
     """The plan of ``restore_state`` for an in-memory snapshot: (plan, recounter, count)."""
     base = planner.load_state(state, conversation_id, replace)
-    recounter = _ops.Recounter(planner.counter)
+    recounter = _snapshots.Recounter(planner.counter)
     plan = dataclasses.replace(base, fn=functools.partial(base.fn, recounter=recounter))
     return plan, recounter, len(base.args[0].messages)
 

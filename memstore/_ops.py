@@ -32,18 +32,15 @@ from memstore._rows import (
     to_summary,
     utcnow,
 )
-from memstore._validate import check_token_count
 from memstore._window import SQLHistory
 from memstore.errors import (
     ConflictError,
     ConversationNotFoundError,
-    InvalidInputError,
     MessageNotFoundError,
 )
 from memstore.models import (
     ANCHOR_ROLES,
     Conversation,
-    ConversationState,
     StoredMessage,
     StoreStats,
     Summary,
@@ -62,7 +59,7 @@ INSERT_CHUNK = 500
 # ---- conversations --------------------------------------------------------------------
 
 
-def _conversation_row(conn: Connection, cid: str, *, for_update: bool = False) -> Row[Any]:
+def conversation_row(conn: Connection, cid: str, *, for_update: bool = False) -> Row[Any]:
     row = conn.execute(q.conversation(cid, for_update=for_update)).first()
     if row is None:
         raise ConversationNotFoundError(cid)
@@ -81,12 +78,12 @@ def create_conversation(
         "first_seq": 1, "last_seq": 0, "token_count": 0, "max_score": 1.0,
         "epoch": q.new_epoch(),
     }))
-    return to_conversation(_conversation_row(conn, cid))
+    return to_conversation(conversation_row(conn, cid))
 
 
 def get_conversation(conn: Connection, cid: str) -> Conversation:
     """One conversation."""
-    return to_conversation(_conversation_row(conn, cid))
+    return to_conversation(conversation_row(conn, cid))
 
 
 def list_conversations(conn: Connection, limit: int, after: str | None) -> list[Conversation]:
@@ -102,7 +99,7 @@ DELETE_CHUNK = 10_000
 
 def delete_conversation(conn: Connection, cid: str) -> None:
     """Delete a conversation and all its messages (bounded memory, one transaction)."""
-    conv = _conversation_row(conn, cid, for_update=True)
+    conv = conversation_row(conn, cid, for_update=True)
     first, last = int(conv.first_seq), int(conv.last_seq)
     for start in range(first, last + 1 - DELETE_CHUNK, DELETE_CHUNK):
         conn.execute(q.delete_messages(cid, start=start, stop=start + DELETE_CHUNK))
@@ -394,7 +391,7 @@ async def _copy_rows_async(driver: Any, sql: str, rows: list[list[Any]]) -> None
 
 def set_score(conn: Connection, cid: str, seq: int, score: float) -> StoredMessage:
     """Set a message's base score."""
-    _conversation_row(conn, cid, for_update=True)
+    conversation_row(conn, cid, for_update=True)
     row = conn.execute(q.update_message(cid, seq, score=score)).first()
     if row is None:
         raise MessageNotFoundError(cid, seq)
@@ -405,7 +402,7 @@ def set_score(conn: Connection, cid: str, seq: int, score: float) -> StoredMessa
 
 def set_pinned(conn: Connection, cid: str, seq: int, pinned: bool) -> StoredMessage:
     """Pin or unpin a message (pinned messages are anchored: every view keeps them)."""
-    _conversation_row(conn, cid, for_update=True)
+    conversation_row(conn, cid, for_update=True)
     current = conn.execute(q.messages_range(cid, start=seq, stop=seq + 1)).first()
     if current is None:
         raise MessageNotFoundError(cid, seq)
@@ -418,7 +415,7 @@ def set_pinned(conn: Connection, cid: str, seq: int, pinned: bool) -> StoredMess
 
 def pop(conn: Connection, cid: str, n: int) -> list[StoredMessage]:
     """Delete and return the ``n`` newest messages (chronological)."""
-    conv = _conversation_row(conn, cid, for_update=True)
+    conv = conversation_row(conn, cid, for_update=True)
     if n == 0:
         return []
     first, last = int(conv.first_seq), int(conv.last_seq)
@@ -437,7 +434,7 @@ def pop(conn: Connection, cid: str, n: int) -> list[StoredMessage]:
 
 def truncate(conn: Connection, cid: str, before_seq: int) -> int:
     """Delete every message with ``seq < before_seq``; returns how many were deleted."""
-    conv = _conversation_row(conn, cid, for_update=True)
+    conv = conversation_row(conn, cid, for_update=True)
     first, last = int(conv.first_seq), int(conv.last_seq)
     cut = min(before_seq, last + 1)
     if cut <= first:
@@ -453,7 +450,7 @@ def truncate(conn: Connection, cid: str, before_seq: int) -> int:
 
 def clear(conn: Connection, cid: str) -> int:
     """Delete every message; the next append gets seq 1 again. Returns how many."""
-    conv = _conversation_row(conn, cid, for_update=True)
+    conv = conversation_row(conn, cid, for_update=True)
     count = int(conv.last_seq) - int(conv.first_seq) + 1
     conn.execute(q.delete_messages(cid))
     conn.execute(q.delete_summaries(cid))  # seqs restart at 1: no summary stands for them
@@ -475,7 +472,7 @@ def read_messages(
     newest_first: bool,
 ) -> list[StoredMessage]:
     """Messages of one conversation in a seq range."""
-    _conversation_row(conn, cid)
+    conversation_row(conn, cid)
     stmt = q.messages_range(cid, start=start, stop=stop, limit=limit, newest_first=newest_first)
     return [to_stored(r) for r in conn.execute(stmt)]
 
@@ -484,14 +481,14 @@ def get_message(conn: Connection, cid: str, seq: int) -> StoredMessage:
     """One message by seq."""
     row = conn.execute(q.messages_range(cid, start=seq, stop=seq + 1)).first()
     if row is None:
-        _conversation_row(conn, cid)
+        conversation_row(conn, cid)
         raise MessageNotFoundError(cid, seq)
     return to_stored(row)
 
 
 def count_tokens(conn: Connection, cid: str) -> int:
     """Sum of the stored per-message token counts (from the conversation row, O(1))."""
-    return int(_conversation_row(conn, cid).token_count)
+    return int(conversation_row(conn, cid).token_count)
 
 
 def stats(conn: Connection) -> StoreStats:
@@ -512,420 +509,10 @@ def stats(conn: Connection) -> StoreStats:
                       schema_revision=revision)
 
 
-# ---- state ----------------------------------------------------------------------------
-
-
-def save_state(
-    conn: Connection, cid: str, view_config: dict[str, Any] | None
-) -> ConversationState:
-    """Snapshot one conversation (every message) as a ConversationState."""
-    conv = _conversation_row(conn, cid)
-    msgs = [to_stored(r) for r in conn.execute(q.messages_range(cid))]
-    return ConversationState(
-        conversation=to_conversation(conv), messages=msgs, view=view_config,
-        summaries=list_summaries(conn, cid),
-    )
-
-
-def load_state(
-    conn: Connection, state: ConversationState, cid: str, replace: bool,
-    recounter: Recounter | None = None,
-) -> Conversation:
-    """Write a snapshot into conversation ``cid`` (one transaction).
-
-    ``replace=True`` makes the conversation exactly the snapshot (seqs, timestamps,
-    scores, token counts, client ids kept). ``replace=False`` appends the snapshot's
-    messages after the stored ones (new seqs; everything else kept).
-    """
-    src = state.messages
-    if src and src[-1].seq - src[0].seq + 1 != len(src):
-        raise InvalidInputError("state messages must have contiguous seqs")
-    if recounter is not None:  # snapshots are not trusted: recount every message
-        src = [m.model_copy(update={"token_count": n, "token_counter": name})
-               for m, (n, name) in zip(src, recounter.count_batch(src))]
-    dialect = conn.dialect.name
-    existing = conn.execute(q.conversation(cid, for_update=True)).first()
-    c = state.conversation
-    if existing is None or replace:
-        if existing is not None:
-            conn.execute(q.delete_messages(cid))
-            conn.execute(q.delete_summaries(cid))
-            conn.execute(q.delete_conversation(cid))
-        first = src[0].seq if src else first_seq_without_messages(state.summaries)
-        conn.execute(q.insert_conversation({
-            "id": cid, "created_at": c.created_at, "updated_at": c.updated_at,
-            "metadata": dict(c.metadata), "first_seq": first, "last_seq": first + len(src) - 1,
-            "token_count": sum(m.token_count for m in src),
-            "max_score": max([1.0, *(m.score for m in src)]),
-            "epoch": q.new_epoch(),
-        }))
-        seqs = [m.seq for m in src]
-    else:
-        if not src:
-            return to_conversation(existing)
-        top = max([1.0, *(m.score for m in src)])
-        last = conn.execute(*q.allocate_seqs(
-            dialect, cid, utcnow(), len(src), sum(m.token_count for m in src), top
-        )).scalar_one()
-        seqs = list(range(int(last) - len(src) + 1, int(last) + 1))
-    rows = []
-    for m, seq in zip(src, seqs):
-        row = message_row(cid, seq, Prepared(m, m.token_count), m.id, m.token_counter,
-                           m.created_at)
-        rows.append(row)
-    for start in range(0, len(rows), INSERT_CHUNK):
-        insert_message_rows(conn, rows[start:start + INSERT_CHUNK])
-    if existing is None or replace:
-        write_state_summaries(conn, cid, state.summaries)
-    return to_conversation(_conversation_row(conn, cid))
-
-
-def first_seq_without_messages(summaries: Sequence[Summary]) -> int:
-    """The first seq of a conversation written with no messages and these summaries.
-
-    With no messages left, seqs go on after the newest summarized one (so a summary
-    never claims the seqs appended next).
-    """
-    return summaries[-1].last_seq + 1 if summaries else 1
-
-
-def write_state_summaries(conn: Connection, cid: str, summaries: Sequence[Summary]) -> None:
-    """Write a snapshot's summaries into a conversation just written from it.
-
-    Only for a conversation created (or replaced) from the snapshot: its messages
-    kept their seqs, so the summaries' seq ranges still mean the same rows. Messages
-    appended to an existing conversation get new seqs, so their snapshot's summaries
-    are not written.
-    """
-    if summaries:
-        conn.execute(q.insert_summaries(), [
-            {**_summary_row(s), "conversation_id": cid} for s in summaries
-        ])
-
-
-# ---- streaming: keyset pages, loading in bounded batches --------------------------------
-
-
-def read_page(
-    conn: Connection, cid: str, start: int | None, stop: int | None, after: int | None,
-    limit: int, summaries: list[Summary] | None = None,
-) -> tuple[Conversation | None, list[StoredMessage]]:
-    """One keyset page: up to ``limit`` messages with ``seq > after`` in ``[start, stop)``.
-
-    The first page (``after is None``) also reads the conversation (raising
-    ConversationNotFoundError when there is none) and returns it; later pages return
-    ``None`` in its place. Each page is one indexed range read on
-    ``(conversation_id, seq)``: cost and memory grow with ``limit``, not the history.
-    With ``summaries`` given, the first page also reads the conversation's summaries
-    into it (same snapshot as the header).
-    """
-    conversation = None
-    if after is None:
-        conversation = to_conversation(_conversation_row(conn, cid))
-        if summaries is not None:
-            summaries.extend(list_summaries(conn, cid))
-        low = start
-    else:
-        low = after + 1 if start is None else max(after + 1, start)
-    stmt = q.messages_range(cid, start=low, stop=stop, limit=limit)
-    return conversation, [to_stored(r) for r in conn.execute(stmt)]
-
-
-class Recounter:
-    """Recomputes the token count of every loaded message (snapshots are not trusted).
-
-    A message counted by a counter this process can rebuild (the store's own, or one
-    :func:`memstore.tokens.counter_from_name` knows) is recounted with that counter;
-    any other is recounted with the store's counter and relabelled with its name.
-    ``recounted`` counts the messages whose stored count or counter changed.
-    """
-
-    def __init__(self, default: Any) -> None:
-        self.default = default
-        self._by_name: dict[str, Any] = {default.name: default}
-        self.recounted = 0
-
-    def _counter(self, name: str) -> Any:
-        if name not in self._by_name:
-            from memstore.errors import MemstoreError
-            from memstore.tokens import counter_from_name
-
-            try:
-                self._by_name[name] = counter_from_name(name)
-            except MemstoreError:
-                self._by_name[name] = None
-        return self._by_name[name]
-
-    def count(self, message: StoredMessage) -> tuple[int, str]:
-        """``(token_count, token_counter)`` to store for ``message``."""
-        from memstore.errors import MemstoreError
-
-        counter = self._counter(message.token_counter) or self.default
-        try:
-            tokens = counter.count_message(message)
-        except MemstoreError:
-            if counter is self.default:
-                raise
-            self._by_name[message.token_counter] = None  # e.g. an encoding not available
-            counter = self.default
-            tokens = counter.count_message(message)
-        return self._checked(counter, message, tokens)
-
-    def _checked(self, counter: Any, message: StoredMessage, tokens: Any) -> tuple[int, str]:
-        """``(tokens, counter name)`` with the count checked; tallies a changed count."""
-        tokens = check_token_count(counter, tokens)
-        if tokens != message.token_count or counter.name != message.token_counter:
-            self.recounted += 1
-        return tokens, counter.name
-
-    def count_batch(self, messages: Sequence[StoredMessage]) -> list[tuple[int, str]]:
-        """:meth:`count` of each message; a batch with one counter goes through ``count_each``.
-
-        (The default counter spreads a large batch across threads, see
-        :func:`memstore.tokens.count_each`.) A mixed batch, or one whose counter fails,
-        is counted message by message.
-        """
-        from memstore.errors import ConfigurationError, MemstoreError
-        from memstore.tokens import count_each
-
-        names = {m.token_counter for m in messages}
-        if len(names) != 1:
-            return [self.count(m) for m in messages]
-        counter = self._counter(names.pop()) or self.default
-        try:
-            counts = count_each(counter, messages)
-        except ConfigurationError:
-            raise  # a count_each that breaks its contract, as extend reports it
-        except MemstoreError:
-            return [self.count(m) for m in messages]  # the fallbacks, message by message
-        return [self._checked(counter, m, n) for m, n in zip(messages, counts)]
-
-
-LoadMode = str  # "replace" | "append" | "merge"
-
-
-class Loader:
-    """Writes one conversation from a stream of stored messages, batch by batch.
-
-    Runs inside the caller's (one) write transaction; holds no more than one batch.
-
-    Modes, for a conversation that exists:
-
-    * ``"replace"``: delete it, then write the stream as a new conversation;
-    * ``"append"``: append every message after the stored ones (new seqs; a client
-      id already stored is a :class:`ConflictError`);
-    * ``"merge"``: a message whose client id is stored with the same content is
-      left alone (``unchanged``), a new one is appended, one stored with other
-      content is a :class:`ConflictError` (idempotent re-import).
-
-    A conversation that does not exist is created with the header's fields, and its
-    messages keep their seqs (which must then be contiguous and increasing).
-    """
-
-    def __init__(
-        self, conn: Connection, cid: str, header: Conversation | None, mode: LoadMode,
-        recounter: Recounter,
-    ) -> None:
-        self.conn = conn
-        self.cid = cid
-        self.mode = mode
-        self.recounter = recounter
-        self.written = 0
-        self.unchanged = 0
-        self.replaced = False
-        #: Every message so far is stored at its own seq (summaries keep their meaning).
-        self.aligned = True
-        self.last_seq: int | None = None  # the last seq of the stream (not the stored one)
-        existing = conn.execute(q.conversation(cid, for_update=True)).first()
-        if existing is not None and mode == "replace":
-            conn.execute(q.delete_messages(cid))
-            conn.execute(q.delete_summaries(cid))
-            conn.execute(q.delete_conversation(cid))
-            existing = None
-            self.replaced = True
-        self.fresh = existing is None
-        self._next_seq: int | None = None
-        self._first_seq = 1
-        self._tokens = 0
-        self._top = 1.0
-        if self.fresh:
-            now = utcnow()
-            conn.execute(q.insert_conversation({
-                "id": cid,
-                "created_at": header.created_at if header is not None else now,
-                "updated_at": header.updated_at if header is not None else now,
-                "metadata": dict(header.metadata) if header is not None else {},
-                "first_seq": 1, "last_seq": 0, "token_count": 0, "max_score": 1.0,
-                "epoch": q.new_epoch(),
-            }))
-
-    def add(self, batch: Sequence[StoredMessage]) -> None:
-        """Write one batch (at most :data:`INSERT_CHUNK` messages is a good size)."""
-        if not batch:
-            return
-        self.last_seq = batch[-1].seq
-        if self.mode == "merge" and not self.fresh:
-            batch = self._new_only(batch)
-            if not batch:
-                return
-        counted = self.recounter.count_batch(batch)
-        if self.fresh:
-            seqs = []
-            for m in batch:
-                if self._next_seq is None:
-                    self._first_seq = m.seq
-                elif m.seq != self._next_seq:
-                    raise InvalidInputError(
-                        f"message seq {m.seq} follows seq {self._next_seq - 1}: the seqs of "
-                        "a conversation must be contiguous and increasing"
-                    )
-                self._next_seq = m.seq + 1
-                seqs.append(m.seq)
-            self._tokens += sum(n for n, _ in counted)
-            self._top = max(self._top, *(m.score for m in batch))
-        else:
-            tokens = sum(n for n, _ in counted)
-            top = max(1.0, *(m.score for m in batch))
-            last = int(self.conn.execute(*q.allocate_seqs(
-                self.conn.dialect.name, self.cid, utcnow(), len(batch), tokens, top
-            )).scalar_one())
-            seqs = list(range(last - len(batch) + 1, last + 1))
-            self.aligned = self.aligned and seqs == [m.seq for m in batch]
-        rows = [
-            message_row(self.cid, seq, Prepared(m, n), m.id, name, m.created_at)
-            for m, seq, (n, name) in zip(batch, seqs, counted)
-        ]
-        for start in range(0, len(rows), INSERT_CHUNK):
-            insert_message_rows(self.conn, rows[start:start + INSERT_CHUNK])
-        self.written += len(rows)
-
-    def _new_only(self, batch: Sequence[StoredMessage]) -> list[StoredMessage]:
-        ids = sorted({m.id for m in batch})
-        stored = stored_by_ids(self.conn, self.cid, ids)
-        fresh: list[StoredMessage] = []
-        seen: dict[str, StoredMessage] = {}
-        for m in batch:
-            prior = stored.get(m.id) or seen.get(m.id)
-            if prior is None:
-                seen[m.id] = m
-                fresh.append(m)
-            elif prior.same_content(m):
-                self.unchanged += 1
-                self.aligned = self.aligned and prior.seq == m.seq
-            else:
-                raise ConflictError(
-                    f"message id {m.id!r} is already stored in conversation {self.cid!r} "
-                    "with different content"
-                )
-        return fresh
-
-    def finish(self, summaries: Sequence[Summary] = ()) -> Conversation:
-        """Complete the conversation row; returns the conversation as stored.
-
-        ``summaries`` (the stream's, oldest first, checked with
-        :func:`check_stream_summaries`) are written as :func:`load_state` writes a
-        snapshot's: only into a conversation created (or replaced) by this load.
-        """
-        if self.fresh:
-            if self._next_seq is None:
-                first = self._first_seq = first_seq_without_messages(summaries)
-                count = 0
-            else:
-                first, count = self._first_seq, self._next_seq - self._first_seq
-            self.conn.execute(q.update_conversation(
-                self.cid, first_seq=first, last_seq=first + count - 1,
-                token_count=self._tokens, max_score=self._top, epoch=q.new_epoch(),
-            ))
-            write_state_summaries(self.conn, self.cid, summaries)
-        return to_conversation(_conversation_row(self.conn, self.cid))
-
-
-def merge_summaries(
-    conn: Connection, cid: str, summaries: Sequence[Summary], aligned: bool,
-) -> tuple[int, int]:
-    """Write an import's summaries into a conversation that existed (merge mode).
-
-    A summary stored with the same number and the same range and text is left alone
-    (a re-import stores nothing new); one stored with the same number and anything
-    else is a :class:`ConflictError`. A new summary is written only when every
-    imported message is stored at its own seq (``aligned``: its range means the same
-    messages) and it extends the newest stored one; otherwise it is left out, as
-    :func:`load_state` leaves out the summaries of appended messages.
-
-    Returns:
-        ``(written, unchanged)``.
-    """
-    stored = {s.number: s for s in list_summaries(conn, cid)}
-    latest = max(stored.values(), key=lambda s: s.number, default=None)
-    last_seq = int(_conversation_row(conn, cid).last_seq)
-    written = unchanged = 0
-    rows = []
-    for s in summaries:
-        prior = stored.get(s.number)
-        if prior is not None:
-            if (prior.first_seq, prior.last_seq, prior.text) != (s.first_seq, s.last_seq, s.text):
-                raise ConflictError(
-                    f"summary {s.number} is already stored in conversation {cid!r} "
-                    "with a different range or text"
-                )
-            unchanged += 1
-            continue
-        if not aligned or s.last_seq > last_seq or (latest is not None and (
-            s.number < latest.number or s.first_seq > latest.first_seq
-            or s.last_seq < latest.last_seq
-        )):
-            continue
-        rows.append({**_summary_row(s), "conversation_id": cid})
-        latest = s
-        written += 1
-    if rows:
-        conn.execute(q.insert_summaries(), rows)
-    return written, unchanged
-
-
-def check_stream_summaries(summaries: Sequence[Summary], last_seq: int | None) -> str | None:
-    """Why a stream's summaries do not fit its messages (``None``: they fit).
-
-    The rule :class:`ConversationState` applies to a whole snapshot: the newest
-    summary ends at or before the newest message (``last_seq``; ``None`` when the
-    stream has no messages, and then any summaries fit).
-    """
-    if summaries and last_seq is not None and summaries[-1].last_seq > last_seq:
-        s = summaries[-1]
-        return (f"summary {s.number} ends at seq {s.last_seq}, after the newest message "
-                f"(seq {last_seq})")
-    return None
-
-
-def load_stream(
-    conn: Connection, head: ConversationState, messages: Any, cid: str, replace: bool,
-    recounter: Recounter, batch_size: int = INSERT_CHUNK,
-) -> tuple[Conversation, int]:
-    """Write a streamed snapshot in batches (one transaction: the caller's).
-
-    ``messages`` is an iterator of StoredMessage (read lazily from a file). The
-    header's summaries are written as :func:`load_state` writes them (a replace or
-    a new conversation keeps them; an append does not). Returns the stored
-    conversation and how many messages were written.
-    """
-    loader = Loader(conn, cid, head.conversation, "replace" if replace else "append", recounter)
-    batch: list[StoredMessage] = []
-    for message in messages:
-        batch.append(message)
-        if len(batch) >= batch_size:
-            loader.add(batch)
-            batch = []
-    loader.add(batch)
-    problem = check_stream_summaries(head.summaries, loader.last_seq)
-    if problem is not None:
-        raise InvalidInputError(f"the snapshot's {problem}")
-    return loader.finish(head.summaries), loader.written
-
-
 # ---- summaries ------------------------------------------------------------------------
 
 
-def _summary_row(summary: Summary) -> dict[str, Any]:
+def summary_row(summary: Summary) -> dict[str, Any]:
     return {
         "conversation_id": summary.conversation_id, "number": summary.number,
         "first_seq": summary.first_seq, "last_seq": summary.last_seq, "text": summary.text,
@@ -941,7 +528,7 @@ def list_summaries(conn: Connection, cid: str) -> list[Summary]:
 
 def read_summaries(conn: Connection, cid: str) -> list[Summary]:
     """Every summary of one conversation (ConversationNotFoundError when unknown)."""
-    _conversation_row(conn, cid)
+    conversation_row(conn, cid)
     return list_summaries(conn, cid)
 
 
@@ -1006,5 +593,5 @@ def summarize_write(
         "last_seq": draft.last_seq, "text": text, "token_count": tokens,
         "token_counter": counter, "created_at": utcnow(),
     })
-    conn.execute(q.insert_summaries(), [_summary_row(summary)])
+    conn.execute(q.insert_summaries(), [summary_row(summary)])
     return summary

@@ -1,8 +1,8 @@
 """Rows and models: decoding driver rows, building insert rows, driver errors.
 
-The bottom of the database layer, shared by :mod:`memstore._ops` (every operation)
-and :mod:`memstore._window` (the window's read path). Rows never leave these modules;
-callers get pydantic models.
+The bottom of the database layer, shared by :mod:`memstore._ops` (every operation),
+:mod:`memstore._snapshots` (state and streamed loads) and :mod:`memstore._window` (the
+window's read path). Rows never leave these modules; callers get pydantic models.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from typing import Any, TextIO
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from memstore import _base, _ops, _stateio
+from memstore import _base, _snapshots, _stateio
 from memstore._base import Durability, MessageLike, MigrateMode, Plan, Summarizer
 from memstore._cache import DEFAULT_CACHE_SIZE, CacheInfo
 from memstore._engine import make_async_engine, read_options, write_options
@@ -327,7 +327,7 @@ class AsyncMemoryStore:
                             **read_options(self._engine.dialect.name, snapshot=True))
                         await conn.begin()
                     head, page = await conn.run_sync(
-                        _ops.read_page, cid, start, stop, pager.after, size,
+                        _snapshots.read_page, cid, start, stop, pager.after, size,
                         summaries if pager.after is None else None)
                     if not pager.snapshot:
                         await conn.close()
@@ -379,13 +379,13 @@ class AsyncMemoryStore:
         if _stateio.is_file(state):
             head, messages = _stateio.read_state(state)  # type: ignore[arg-type]
             cid = _base.stream_target(conversation_id, head)
-            recounter = _ops.Recounter(self._plan.counter)
+            recounter = _snapshots.Recounter(self._plan.counter)
             with translate_db_errors():
                 async with self._engine.connect() as conn:
                     await conn.execution_options(**write_options())
                     async with conn.begin():
                         conversation, written = await conn.run_sync(
-                            _ops.load_stream, head, messages, cid, bool(replace), recounter)
+                            _snapshots.load_stream, head, messages, cid, bool(replace), recounter)
             return LoadReport(conversation=conversation, messages=written, written=written,
                               recounted=recounter.recounted)
         plan, recounter, count = _base.restore_plan(self._plan, state, conversation_id, replace)

@@ -23,7 +23,7 @@ from typing import Any, TextIO
 
 from sqlalchemy import Connection, Engine
 
-from memstore import _base, _ops, _stateio
+from memstore import _base, _snapshots, _stateio
 from memstore._base import Durability, MessageLike, MigrateMode, Plan, Summarizer
 from memstore._cache import DEFAULT_CACHE_SIZE, CacheInfo
 from memstore._engine import make_engine, read_options, write_options
@@ -355,7 +355,7 @@ class MemoryStore:
                         conn = self._engine.connect()
                         conn.execution_options(**read_options(conn.dialect.name, snapshot=True))
                         conn.begin()
-                    head, page = _ops.read_page(conn, cid, start, stop, pager.after, size,
+                    head, page = _snapshots.read_page(conn, cid, start, stop, pager.after, size,
                                                 summaries if pager.after is None else None)
                     if not pager.snapshot:
                         conn.close()
@@ -431,9 +431,9 @@ class MemoryStore:
         if _stateio.is_file(state):
             head, messages = _stateio.read_state(state)  # type: ignore[arg-type]
             cid = _base.stream_target(conversation_id, head)
-            recounter = _ops.Recounter(self._plan.counter)
+            recounter = _snapshots.Recounter(self._plan.counter)
             with self._write_connection() as conn:
-                conversation, written = _ops.load_stream(
+                conversation, written = _snapshots.load_stream(
                     conn, head, messages, cid, bool(replace), recounter)
             return LoadReport(conversation=conversation, messages=written, written=written,
                               recounted=recounter.recounted)

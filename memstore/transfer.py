@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from memstore import _base, _ops
+from memstore import _base, _snapshots
 from memstore.errors import ImportFormatError, InvalidInputError, MemstoreError
 from memstore.models import Conversation, StoredMessage, Summary
 
@@ -372,7 +372,7 @@ def _check_summary(
             f"does not extend summary {previous.number} "
             f"({previous.first_seq}..{previous.last_seq})"
         )
-    problem = _ops.check_stream_summaries([summary], last_seq)
+    problem = _snapshots.check_stream_summaries([summary], last_seq)
     if problem is not None:
         raise ImportFormatError(line_no, f"{problem}: its range is not in the imported messages")
 
@@ -462,9 +462,9 @@ def _import_one(
 ) -> ImportedConversation:
     cid = target if target is not None else header.id if header is not None else ""
     source = header.id if header is not None else None
-    recounter = _ops.Recounter(store.counter)
+    recounter = _snapshots.Recounter(store.counter)
     with store._write_connection() as conn:
-        loader = _ops.Loader(conn, cid, header, "replace" if replace else "merge", recounter)
+        loader = _snapshots.Loader(conn, cid, header, "replace" if replace else "merge", recounter)
         batch: list[StoredMessage] = []
         count = 0
         previous: int | None = None
@@ -510,13 +510,13 @@ def _import_one(
             written = len(summaries)
         else:
             loader.finish()
-            written, unchanged = _ops.merge_summaries(conn, cid, summaries, loader.aligned)
+            written, unchanged = _snapshots.merge_summaries(conn, cid, summaries, loader.aligned)
     return ImportedConversation(id=cid, written=loader.written, unchanged=loader.unchanged,
                                 replaced=loader.replaced, recounted=recounter.recounted,
                                 summaries=written, summaries_unchanged=unchanged)
 
 
-def _add(loader: _ops.Loader, batch: list[StoredMessage], line_no: int) -> None:
+def _add(loader: _snapshots.Loader, batch: list[StoredMessage], line_no: int) -> None:
     try:
         loader.add(batch)
     except MemstoreError as exc:
