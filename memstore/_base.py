@@ -31,8 +31,8 @@ from memstore._engine import (
     write_options,
 )
 from memstore._validate import (
-    MAX_COUNTER_NAME_LENGTH,
     MAX_SEQ,
+    check_counter_name,
     check_json,
     check_json_size,
     check_size,
@@ -217,24 +217,6 @@ def check_busy_timeout(value: Any) -> float:
             f"got {_short(value)}"
         )
     return seconds
-
-
-def check_counter_name(counter: Any) -> str:
-    """Validate the name a counter stores with every count (it must fit the column)."""
-    name = getattr(counter, "name", None)
-    if not isinstance(name, str) or not name:
-        raise ConfigurationError(
-            f"a token counter must have a non-empty str name, got {name!r} from {counter!r}"
-        )
-    if len(name) > MAX_COUNTER_NAME_LENGTH:
-        raise ConfigurationError(
-            f"token counter name {name[:80]!r} is {len(name)} characters long; stored counts "
-            f"are tagged with it, and the maximum is {MAX_COUNTER_NAME_LENGTH}"
-        )
-    problem = text_problem(name)
-    if problem is not None:
-        raise ConfigurationError(f"token counter name {name!r} {problem}")
-    return name
 
 
 def check_migrate_mode(mode: str) -> MigrateMode:
@@ -698,9 +680,8 @@ def check_page_args(
 ) -> tuple[str, int | None, int | None, int]:
     """Validate ``iter_messages`` arguments."""
     cid = check_conversation_id(conversation_id)
-    for name, value in (("start", start), ("stop", stop)):
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-            raise InvalidInputError(f"{name} must be an int or None, got {value!r}")
+    start = check_bound(start, "start")  # clamped like messages()'s: 2**70 means "all"
+    stop = check_bound(stop, "stop")
     if (not isinstance(page_size, int) or isinstance(page_size, bool)
             or not 1 <= page_size <= 100_000):
         raise InvalidInputError(f"page_size must be an int in [1, 100000], got {page_size!r}")

@@ -36,6 +36,7 @@ from memstore._window import SQLHistory
 from memstore.errors import (
     ConflictError,
     ConversationNotFoundError,
+    InvalidInputError,
     MessageNotFoundError,
 )
 from memstore.models import (
@@ -170,9 +171,9 @@ def append_messages(
     if fresh:
         tokens = sum(batch[i].token_count for i in fresh)
         top = max(1.0, *(batch[i].message.score for i in fresh))
-        last = conn.execute(*q.allocate_seqs(dialect, cid, now, len(fresh), tokens, top)
-                            ).scalar_one()
-        first_seq = int(last) - len(fresh) + 1
+        last = allocated(conn.execute(*q.allocate_seqs(dialect, cid, now, len(fresh), tokens,
+                                                       top)).scalar(), cid, len(fresh))
+        first_seq = last - len(fresh) + 1
         # Build, insert and wrap one chunk at a time: on asyncio each chunk's execute
         # awaits the driver, so the event loop runs between chunks.
         for start in range(0, len(fresh), INSERT_CHUNK):
@@ -188,6 +189,24 @@ def append_messages(
     for i, j in repeats.items():
         results[i] = results[j]
     return [r for r in results if r is not None]
+
+
+def allocated(last: Any, cid: str, count: int) -> int:
+    """The ``last_seq`` a seq allocation returned (``None``: it returned no row).
+
+    No row means the conversation is full: ``count`` more seqs would pass
+    :data:`~memstore._validate.MAX_SEQ` (only a snapshot loaded near the top of the
+    range gets there). The allocation changed nothing; the write is refused.
+
+    Raises:
+        InvalidInputError: no row was returned.
+    """
+    if last is None:
+        raise InvalidInputError(
+            f"conversation {cid!r} is full: {count} more message(s) would take its seqs past "
+            "2**62, the largest seq memstore stores"
+        )
+    return int(last)
 
 
 def stored_by_ids(conn: Connection, cid: str, ids: list[str]) -> dict[str, StoredMessage]:
@@ -274,7 +293,8 @@ def _append_one_postgresql(
         cursor = dbapi.cursor()
         try:
             cursor.execute(compiled.sql, params)
-            row["seq"] = int(cursor.fetchall()[0][0])
+            rows = cursor.fetchall()
+            row["seq"] = allocated(rows[0][0] if rows else None, cid, 1)
         finally:
             cursor.close()
     except conn.dialect.loaded_dbapi.Error as exc:
@@ -309,7 +329,8 @@ def _append_batch(
         try:
             statement, params = allocate.sql, allocate.params(_allocation(cid, now, batch))
             cursor.execute(statement, params)
-            first = int(cursor.fetchall()[0][0]) - len(batch) + 1
+            rows = cursor.fetchall()
+            first = allocated(rows[0][0] if rows else None, cid, len(batch)) - len(batch) + 1
             statement = insert.sql
             memo: dict[str, tuple[Any, Any]] = {}  # the batch's timestamp, processed once
             # Build, insert and wrap one chunk at a time: on asyncio each chunk's execute

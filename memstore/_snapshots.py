@@ -14,11 +14,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection
+from sqlalchemy import exc as sa_exc
 
 from memstore import _ops
 from memstore import _statements as q
 from memstore._rows import Prepared, message_row, to_conversation, to_stored, utcnow
-from memstore._validate import check_token_count
+from memstore._validate import check_counter_name, check_token_count
 from memstore.errors import ConflictError, InvalidInputError
 from memstore.models import Conversation, ConversationState, StoredMessage, Summary
 
@@ -83,10 +84,10 @@ def load_state(
         if not src:
             return to_conversation(existing)
         top = max([1.0, *(m.score for m in src)])
-        last = conn.execute(*q.allocate_seqs(
+        last = _ops.allocated(conn.execute(*q.allocate_seqs(
             dialect, cid, utcnow(), len(src), sum(m.token_count for m in src), top
-        )).scalar_one()
-        seqs = list(range(int(last) - len(src) + 1, int(last) + 1))
+        )).scalar(), cid, len(src))
+        seqs = list(range(last - len(src) + 1, last + 1))
     rows = []
     for m, seq in zip(src, seqs):
         row = message_row(cid, seq, Prepared(m, m.token_count), m.id, m.token_counter,
@@ -170,9 +171,13 @@ class Recounter:
             from memstore.tokens import counter_from_name
 
             try:
-                self._by_name[name] = counter_from_name(name)
+                counter = counter_from_name(name)
+                # Its name tags every count it makes: one that cannot be stored (e.g.
+                # "approx/1e300" rebuilds as a 300-digit name) is not used.
+                check_counter_name(counter)
             except MemstoreError:
-                self._by_name[name] = None
+                counter = None
+            self._by_name[name] = counter
         return self._by_name[name]
 
     def count(self, message: StoredMessage) -> tuple[int, str]:
@@ -218,6 +223,18 @@ class Recounter:
         except MemstoreError:
             return [self.count(m) for m in messages]  # the fallbacks, message by message
         return [self._checked(counter, m, n) for m, n in zip(messages, counts)]
+
+
+def _check_unique_ids(batch: Sequence[StoredMessage]) -> None:
+    """Refuse a batch in which two messages share an id (naming both seqs)."""
+    seen: dict[str, int] = {}
+    for m in batch:
+        first = seen.setdefault(m.id, m.seq)
+        if first != m.seq:
+            raise InvalidInputError(
+                f"message id {m.id!r} is the id of seq {first} and of seq {m.seq}: message "
+                "ids are unique within a conversation"
+            )
 
 
 LoadMode = str  # "replace" | "append" | "merge"
@@ -302,20 +319,31 @@ class Loader:
                 seqs.append(m.seq)
             self._tokens += sum(n for n, _ in counted)
             self._top = max(self._top, *(m.score for m in batch))
+            _check_unique_ids(batch)
         else:
             tokens = sum(n for n, _ in counted)
             top = max(1.0, *(m.score for m in batch))
-            last = int(self.conn.execute(*q.allocate_seqs(
+            last = _ops.allocated(self.conn.execute(*q.allocate_seqs(
                 self.conn.dialect.name, self.cid, utcnow(), len(batch), tokens, top
-            )).scalar_one())
+            )).scalar(), self.cid, len(batch))
             seqs = list(range(last - len(batch) + 1, last + 1))
             self.aligned = self.aligned and seqs == [m.seq for m in batch]
         rows = [
             message_row(self.cid, seq, Prepared(m, n), m.id, name, m.created_at)
             for m, seq, (n, name) in zip(batch, seqs, counted)
         ]
-        for start in range(0, len(rows), _ops.INSERT_CHUNK):
-            _ops.insert_message_rows(self.conn, rows[start:start + _ops.INSERT_CHUNK])
+        try:
+            for start in range(0, len(rows), _ops.INSERT_CHUNK):
+                _ops.insert_message_rows(self.conn, rows[start:start + _ops.INSERT_CHUNK])
+        except sa_exc.IntegrityError as exc:
+            if not self.fresh:
+                raise  # an id stored before this load: a conflict with stored data
+            # Written by this load (ids within one batch were checked above): an id
+            # of this batch repeats one of an earlier batch of the same stream.
+            raise InvalidInputError(
+                f"a message id among seqs {batch[0].seq}..{batch[-1].seq} is also the id of "
+                "an earlier message: message ids are unique within a conversation"
+            ) from exc
         self.written += len(rows)
 
     def _new_only(self, batch: Sequence[StoredMessage]) -> list[StoredMessage]:

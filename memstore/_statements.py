@@ -40,6 +40,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.dml import Insert
 
+from memstore._validate import MAX_SEQ
 from memstore.schema import VERSION_TABLE, conversations, messages, summaries
 
 __all__ = [
@@ -158,6 +159,10 @@ def _allocate_statement(dialect: str) -> Any:
             "updated_at": case((excluded.last_seq > literal_column("0"), excluded.updated_at),
                                else_=C.updated_at),
         },
+        # Seqs never pass MAX_SEQ: a conversation that is full (a snapshot loaded at the
+        # top of the range) updates nothing and returns no row, so its caller refuses
+        # the write with nothing changed (the one-statement append inserts nothing).
+        where=C.last_seq + excluded.last_seq <= literal_column(str(MAX_SEQ)),
     ).returning(C.last_seq)
 
 
@@ -165,6 +170,9 @@ def allocate_seqs(
     dialect: str, cid: str, now: datetime, count: int, tokens: int, max_score: float
 ) -> tuple[Any, dict[str, Any]]:
     """Reserve ``count`` seqs in one statement; returns ``(statement, parameters)``.
+
+    The statement returns no row when the seqs would pass :data:`MAX_SEQ` (see
+    :func:`memstore._ops.allocated`).
 
     ``INSERT ... ON CONFLICT (id) DO UPDATE SET last_seq = last_seq + count ...
     RETURNING last_seq``: creates the conversation on first use, and on PostgreSQL

@@ -37,7 +37,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from memstore.errors import InvalidInputError
+from memstore.errors import ConfigurationError, InvalidInputError
 
 __all__ = [
     "MAX_COUNTER_NAME_LENGTH",
@@ -47,6 +47,7 @@ __all__ = [
     "MAX_RECORD_BYTES",
     "MAX_SEQ",
     "MAX_TOKEN_COUNT",
+    "check_counter_name",
     "check_json",
     "check_json_size",
     "check_size",
@@ -296,3 +297,21 @@ def _check_container(value: Any, root: str, keys: list[Any]) -> None:
             keys.append(i)
             _check_json(item, root, keys)
             keys.pop()
+
+
+def check_counter_name(counter: Any) -> str:
+    """Validate the name a counter stores with every count (it must fit the column)."""
+    name = getattr(counter, "name", None)
+    if not isinstance(name, str) or not name:
+        raise ConfigurationError(
+            f"a token counter must have a non-empty str name, got {name!r} from {counter!r}"
+        )
+    if len(name) > MAX_COUNTER_NAME_LENGTH:
+        raise ConfigurationError(
+            f"token counter name {name[:80]!r} is {len(name)} characters long; stored counts "
+            f"are tagged with it, and the maximum is {MAX_COUNTER_NAME_LENGTH}"
+        )
+    problem = text_problem(name)
+    if problem is not None:
+        raise ConfigurationError(f"token counter name {name!r} {problem}")
+    return name

@@ -97,11 +97,25 @@ def _validate_id(value: str, what: str) -> str:
 def _utc(value: datetime) -> datetime:
     """A timezone-aware UTC datetime (naive values are taken as UTC)."""
     if value.tzinfo is None:
-        return value.replace(tzinfo=timezone.utc)
-    try:
-        return value.astimezone(timezone.utc)
-    except OverflowError:
-        raise ValueError(f"{value.isoformat()} is out of range once converted to UTC") from None
+        value = value.replace(tzinfo=timezone.utc)
+    else:
+        try:
+            value = value.astimezone(timezone.utc)
+        except OverflowError:
+            raise ValueError(
+                f"{value.isoformat()} is out of range once converted to UTC") from None
+    if not _EARLIEST <= value <= _LATEST:
+        # PostgreSQL returns a timestamptz in the session's time zone: a value within a
+        # day of Python's datetime bounds would overflow there for some session (and
+        # make its conversation unreadable to that client).
+        raise ValueError(f"{value.isoformat()} is out of range: timestamps must lie between "
+                         f"{_EARLIEST.isoformat()} and {_LATEST.isoformat()}")
+    return value
+
+
+#: The stored range of timestamps: every time zone can represent them.
+_EARLIEST = datetime(1, 1, 2, tzinfo=timezone.utc)
+_LATEST = datetime(9999, 12, 30, 23, 59, 59, 999999, tzinfo=timezone.utc)
 
 
 def _tool_call_fields(item: Any) -> Any:

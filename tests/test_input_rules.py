@@ -564,3 +564,140 @@ def test_the_cheap_json_size_bound_is_never_below_the_exact_size(value: Any) -> 
 
     assert json_size_bound(value) >= json_size(value)
     assert json_size_bound({"k": value}) >= json_size({"k": value})
+
+
+# ---- the top of the seq range, iteration bounds, timestamps every session can read ---------
+
+
+async def test_a_full_conversation_refuses_every_write_that_allocates_and_writes_nothing(
+    store: Any,
+) -> None:
+    await call(store.append("c", Message.user("x")))
+    snapshot = json.loads((await call(store.save_state("c"))).to_json())
+    snapshot["messages"][0]["seq"] = 2**62  # the largest seq: the conversation is full
+    await call(store.load_state(snapshot, "full"))
+    before = await call(store.get_conversation("full"))
+    writes = (
+        lambda: store.append("full", Message.user("y")),
+        lambda: store.append("full", Message.user("y", id="client-1")),
+        lambda: store.extend("full", [Message.user("y"), Message.assistant("z")]),
+        lambda: store.load_state(snapshot, "full", replace=False),
+    )
+    for write in writes:
+        with pytest.raises(InvalidInputError, match="'full' is full"):
+            await call(write())
+    assert [m.seq for m in await call(store.messages("full"))] == [2**62]
+    assert await call(store.get_conversation("full")) == before
+    # Reads and the conversation's own message still work; replacing it frees the range.
+    assert (await call(store.get_message("full", 2**62))).text == "x"
+    snapshot["messages"][0]["seq"] = 1
+    await call(store.load_state(snapshot, "full", replace=True))
+    assert (await call(store.append("full", Message.user("y")))).seq == 2
+
+
+async def test_iter_messages_bounds_past_the_seq_range_mean_all(store: Any) -> None:
+    await call(store.extend("c", [Message.user(f"m{i}") for i in range(3)]))
+
+    async def seqs(**bounds: Any) -> list[int]:
+        it = store.iter_messages("c", page_size=2, **bounds)
+        if hasattr(it, "__aiter__"):
+            return [m.seq async for m in it]
+        return [m.seq for m in it]
+
+    assert await seqs(start=-(2**70), stop=2**70) == [1, 2, 3]
+    assert await seqs(start=2**70) == []
+    assert await seqs(stop=-(2**70)) == []
+    with pytest.raises(InvalidInputError, match="start"):
+        await seqs(start="1")
+
+
+@pytest.mark.parametrize("moment", [
+    "0001-01-01T12:00:00+00:00",  # within a day of the smallest datetime
+    "0001-01-01T00:00:00+05:00",  # out of range once in UTC
+    "9999-12-31T00:00:00+00:00",  # within a day of the largest
+    "9999-12-31T23:59:59-05:00",
+])
+def test_timestamps_a_time_zone_could_not_represent_are_refused(moment: str) -> None:
+    with pytest.raises(pydantic.ValidationError, match="out of range"):
+        StoredMessage.model_validate({
+            "role": "user", "content": "x", "id": "m", "conversation_id": "c", "seq": 1,
+            "created_at": moment, "token_count": 1, "token_counter": "fixed"})
+
+
+@pytest.mark.postgres
+def test_extreme_timestamps_read_back_in_any_postgres_session_time_zone(pg_url: str) -> None:
+    """A session whose TimeZone is not UTC gets timestamps converted to it by the server;
+    the accepted range leaves a day on each side so that no zone overflows."""
+    writer = MemoryStore(pg_url)
+    writer.load_state(ConversationState.model_validate({
+        "conversation": {"id": "edges", "created_at": "0001-01-02T00:00:00+00:00",
+                         "updated_at": "9999-12-30T23:59:59.999999+00:00"},
+        "messages": [
+            {"role": "user", "content": "x", "id": "early", "conversation_id": "edges",
+             "seq": 1, "created_at": "0001-01-02T00:00:00+00:00", "token_count": 1,
+             "token_counter": "fixed"},
+            {"role": "user", "content": "y", "id": "late", "conversation_id": "edges",
+             "seq": 2, "created_at": "9999-12-30T23:59:59.999999+00:00", "token_count": 1,
+             "token_counter": "fixed"},
+        ]}), replace=True)
+    expected = writer.messages("edges")
+    conversation = writer.get_conversation("edges")
+    writer.close()
+    for zone in ("America/New_York", "Asia/Tokyo", "Pacific/Kiritimati", "Etc/GMT+12"):
+        reader = MemoryStore(pg_url, connect_args={"options": f"-c TimeZone={zone}"})
+        assert reader.messages("edges") == expected, zone
+        assert reader.get_conversation("edges") == conversation
+        window = reader.window("edges", TokenLimitedView(1000))
+        assert [m.created_at for m in window.messages] == [m.created_at for m in expected]
+        reader.close()
+
+
+def _export(conversation: str, messages: list[dict[str, Any]]) -> str:
+    header = {"memstore_export": 1, "type": "conversation", "id": conversation,
+              "created_at": "2026-01-05T10:00:00Z", "updated_at": "2026-01-05T10:02:11Z",
+              "metadata": {}, "message_count": len(messages)}
+    return "".join(json.dumps(line) + "\n" for line in [header, *messages])
+
+
+def _line(seq: int, mid: str, counter: str = "approx/4") -> dict[str, Any]:
+    return {"role": "user", "content": "hello world", "id": mid, "seq": seq,
+            "created_at": "2026-01-05T10:00:00Z", "token_count": 4, "token_counter": counter}
+
+
+def test_a_counter_name_that_would_rebuild_too_long_is_recounted_by_the_store(
+    db_url: str,
+) -> None:
+    """ "approx/1e300" is short, but the counter it names is called by a 300-digit name,
+    which no token_counter column holds: the store's counter recounts the message."""
+    import io
+
+    from memstore import import_jsonl
+
+    store = MemoryStore(db_url, counter=FixedCounter(3))
+    result = import_jsonl(store, io.StringIO(_export("c", [_line(1, "a", "approx/1e300")])))
+    assert result.conversations[0].recounted == 1
+    [message] = store.messages("c")
+    assert (message.token_counter, message.token_count) == (store.counter.name,
+                                                            store.counter.count_message(message))
+    store.close()
+
+
+@pytest.mark.parametrize("batch", [1000, 2])  # the repeat in the same batch, or a later one
+def test_an_import_repeating_a_message_id_is_refused_by_line_and_writes_nothing(
+    db_url: str, batch: int, monkeypatch: Any,
+) -> None:
+    import io
+
+    from memstore import import_jsonl, transfer
+    from memstore.errors import ImportFormatError
+
+    monkeypatch.setattr(transfer, "IMPORT_BATCH", batch)
+    store = MemoryStore(db_url)
+    text = _export("dup", [_line(1, "a"), _line(2, "b"), _line(3, "a")])
+    for replace in (False, True):
+        with pytest.raises(ImportFormatError, match="unique within a conversation") as info:
+            import_jsonl(store, io.StringIO(text), replace=replace)
+        assert info.value.line == 4  # the repeat (seq 3) is the file's fourth line
+        with pytest.raises(ConversationNotFoundError):
+            store.get_conversation("dup")
+    store.close()
