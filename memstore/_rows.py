@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import Connection, Row
 from sqlalchemy import exc as sa_exc
 
+from memstore._readonly import EMPTY, ReadOnlyList, freeze
 from memstore.models import (
     ANCHOR_ROLES,
     Conversation,
@@ -102,15 +103,15 @@ def utcnow() -> datetime:
 
 
 def _parts(raw: list[Any]) -> list[Any]:
-    out: list[Any] = []
+    parts: list[Any] = []
     for part in raw:
         if part.get("type") == "text":
-            out.append(build_trusted(TextPart, {"type": "text", "text": part["text"]}))
+            parts.append(build_trusted(TextPart, {"type": "text", "text": part["text"]}))
         else:
             image = part["image_url"]
             url = build_trusted(ImageURL, {"url": image["url"], "detail": image.get("detail")})
-            out.append(build_trusted(ImagePart, {"type": "image_url", "image_url": url}))
-    return out
+            parts.append(build_trusted(ImagePart, {"type": "image_url", "image_url": url}))
+    return ReadOnlyList(parts)
 
 
 def to_stored(row: Any) -> StoredMessage:
@@ -150,9 +151,9 @@ def _stored(values: dict[str, Any]) -> StoredMessage:
 
 
 def _tool_calls(calls: list[dict[str, Any]]) -> list[ToolCall]:
-    return [build_trusted(ToolCall, {"id": c["id"], "name": c["name"],
-                                     "arguments": c["arguments"], "type": "function"})
-            for c in calls]
+    return ReadOnlyList([build_trusted(ToolCall, {"id": c["id"], "name": c["name"],
+                                                  "arguments": c["arguments"], "type": "function"})
+                         for c in calls])
 
 
 def decode_raw(row: Any, dialect: str, cid: str) -> StoredMessage:
@@ -173,11 +174,10 @@ def decode_raw(row: Any, dialect: str, cid: str) -> StoredMessage:
             parts = json.loads(parts)
         if calls is not None:
             calls = json.loads(calls)
-        meta = json.loads(meta) if meta is not None else {}
+        meta = freeze(json.loads(meta)) if meta is not None else EMPTY
         created_at = sqlite_time(created_at)
     else:
-        if meta is None:
-            meta = {}
+        meta = freeze(meta) if meta is not None else EMPTY
         if created_at.tzinfo is None:
             created_at = created_at.replace(tzinfo=timezone.utc)
         elif created_at.utcoffset():
@@ -237,6 +237,12 @@ def stored_from_row_dict(row: Mapping[str, Any], message: Message) -> StoredMess
     values["created_at"] = row["created_at"]
     values["token_count"] = row["token_count"]
     values["token_counter"] = row["token_counter"]
+    # The caller's containers are copied read-only, as a read would return them.
+    values["metadata"] = freeze(values["metadata"])
+    if type(values["content"]) is list:
+        values["content"] = ReadOnlyList(values["content"])
+    if values["tool_calls"] is not None:
+        values["tool_calls"] = ReadOnlyList(values["tool_calls"])
     return _stored(values)
 
 

@@ -55,6 +55,7 @@ __all__ = [
     "MessageNotFoundError",
     "MissingDependencyError",
     "NotFoundError",
+    "ReadOnlyError",
     "SchemaOutOfDateError",
     "SchemaTooNewError",
     "TokenizerUnavailableError",
@@ -102,6 +103,16 @@ class MessageNotFoundError(NotFoundError):
 
 class ConflictError(MemstoreError):
     """A write conflicts with what is stored (idempotency key reuse, duplicate id)."""
+
+
+class ReadOnlyError(MemstoreError, TypeError):
+    """A read-only container was changed: the nested values of a message read from a store.
+
+    A store's row cache shares the messages it returns between windows, so their
+    ``metadata``, ``content`` parts and ``tool_calls`` refuse changes (the models
+    themselves are frozen). Change a copy: ``dict(m.metadata)``, ``list(m.tool_calls)``,
+    or ``m.model_copy(deep=True)``, whose containers are plain ones.
+    """
 
 
 class ContextBudgetError(MemstoreError):

@@ -256,6 +256,11 @@ class MemoryStore:
         conversation newest-first in pages and stops when older messages can no
         longer change its result.
 
+        The messages are shared with the store's row cache, so they are read-only all
+        the way down: changing a message's ``metadata``, ``content`` parts or
+        ``tool_calls`` raises :class:`~memstore.errors.ReadOnlyError`; change a copy
+        (``message.model_copy(deep=True)``).
+
         Raises:
             ConversationNotFoundError: unknown conversation.
             ContextBudgetError: anchored messages and the newest complete unit do not
