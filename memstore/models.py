@@ -617,8 +617,10 @@ class WindowReport(BaseModel):
         summary_range: ``(first_seq, last_seq)`` of the stored summary the window
             shows (``SummaryView``), else ``None``.
         unsummarized: stored messages after the summary's range (or, with no
-            summary, anywhere) that the window neither shows nor summarizes: what
-            the next ``summarize`` would fold in. 0 for views without summaries.
+            summary, anywhere) that the window neither shows nor summarizes (its
+            ``"budget"`` omissions): about what the next ``summarize`` would fold in.
+            Incomplete units among them are counted too (the view does not read that
+            far), though ``summarize`` never folds them. 0 for views without summaries.
     """
 
     model_config = _FROZEN

@@ -241,18 +241,19 @@ class SummaryView(ContextView):
         name = "SummaryView"
         _check_budget_params(name, self.token_limit, self.reserve)
         _check_summary_template(self.template)
-        _check_counter(name, self.counter)
         object.__setattr__(self, "tools", _normalize_tools(name, self.tools))
+        # With its tools normalized, as TokenLimitedView: a counter that cannot count
+        # them is refused here, not on the first window that needs the budget check.
+        _check_counter(name, self.counter, self.tools)
 
     def apply(self, messages: Sequence[StoredMessage], counter: TokenCounter,
               summaries: Sequence[Summary] = ()) -> ContextWindow:
         """Build the window over a list of stored messages and their summaries."""
         return self.select(ListHistory(messages, summaries=summaries), counter)
 
-    def _required(self, counter: TokenCounter, anchored: int, summary: int,
+    def _required(self, counter: TokenCounter, tools: int, anchored: int, summary: int,
                   newest: int) -> int:
         """The budget left after the required part, or ContextBudgetError."""
-        tools = _tools_tokens("SummaryView", counter, self.tools)
         priming = _priming(counter)
         required = anchored + summary + newest + priming + self.reserve + tools
         if required > self.token_limit:
@@ -268,13 +269,15 @@ class SummaryView(ContextView):
 
     def select(self, source: HistorySource, counter: TokenCounter) -> ContextWindow:
         """Keep anchored messages, the latest summary and the newest units that fit."""
+        # Counted first, so a counter that cannot count tools fails on every window.
+        tools = _tools_tokens("SummaryView", counter, self.tools)
         summary = _latest_summary(source)
         ledger = _SummaryLedger(self, source, counter, summary)
         message = summary.to_message(self.template) if summary is not None else None
         summary_tokens = counter.count_message(message) if message is not None else 0
         if source.message_count == 0:
             if message is not None:
-                self._required(counter, 0, summary_tokens, 0)
+                self._required(counter, tools, 0, summary_tokens, 0)
             return ledger.finish(self.token_limit, message, summary_tokens)
         anchors = ledger.anchor()
         anchored_tokens = anchors.tokens(counter)
@@ -286,7 +289,7 @@ class SummaryView(ContextView):
         for unit in ledger.candidates(BackwardUnits(reader)):
             tokens = unit.tokens(counter)
             if not kept:
-                remaining = self._required(counter, anchored_tokens, summary_tokens, tokens)
+                remaining = self._required(counter, tools, anchored_tokens, summary_tokens, tokens)
             elif tokens > remaining:
                 ledger.omit(unit, "budget")
                 break
@@ -295,7 +298,7 @@ class SummaryView(ContextView):
             ledger.keep(unit)
             kept.append(unit)
         if not kept and (anchors.units or message is not None):
-            self._required(counter, anchored_tokens, summary_tokens, 0)
+            self._required(counter, tools, anchored_tokens, summary_tokens, 0)
         return ledger.finish(self.token_limit, message, summary_tokens)
 
 

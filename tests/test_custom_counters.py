@@ -23,6 +23,7 @@ from memstore import (
     Message,
     RecentTurnsView,
     ScoreBasedView,
+    SummaryView,
     TokenCounter,
     TokenLimitedView,
     UnboundedView,
@@ -196,7 +197,7 @@ def test_base_counter_gives_count_messages_priming_and_equality() -> None:
 def test_tools_need_count_tools() -> None:
     msgs = stored(history())
     # A view naming such a counter refuses at construction...
-    for cls in (TokenLimitedView, ScoreBasedView):
+    for cls in (TokenLimitedView, ScoreBasedView, SummaryView):
         with pytest.raises(ConfigurationError, match="no count_tools method"):
             cls(50, tools=TOOLS, counter=ProtoCounter())
         # ...and a view using the store's (or a given) counter at window time, even empty.
