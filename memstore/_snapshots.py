@@ -93,8 +93,13 @@ def load_state(
         row = message_row(cid, seq, Prepared(m, m.token_count), m.id, m.token_counter,
                            m.created_at)
         rows.append(row)
-    for start in range(0, len(rows), _ops.INSERT_CHUNK):
-        _ops.insert_message_rows(conn, rows[start:start + _ops.INSERT_CHUNK])
+    try:
+        for start in range(0, len(rows), _ops.INSERT_CHUNK):
+            _ops.insert_message_rows(conn, rows[start:start + _ops.INSERT_CHUNK])
+    except sa_exc.IntegrityError as exc:
+        if existing is None or replace:
+            raise  # (a snapshot's ids are unique: ConversationState checks them)
+        raise _ids_stored_already(cid) from exc
     if existing is None or replace:
         write_state_summaries(conn, cid, state.summaries)
     return to_conversation(_ops.conversation_row(conn, cid))
@@ -225,6 +230,14 @@ class Recounter:
         return [self._checked(counter, m, n) for m, n in zip(messages, counts)]
 
 
+def _ids_stored_already(cid: str) -> ConflictError:
+    """The error of appending messages whose client ids the conversation already holds."""
+    return ConflictError(
+        f"a message id being loaded is already stored in conversation {cid!r} (message ids "
+        "are unique within a conversation): replace the conversation, or load into another"
+    )
+
+
 def _check_unique_ids(batch: Sequence[StoredMessage]) -> None:
     """Refuse a batch in which two messages share an id (naming both seqs)."""
     seen: dict[str, int] = {}
@@ -337,7 +350,7 @@ class Loader:
                 _ops.insert_message_rows(self.conn, rows[start:start + _ops.INSERT_CHUNK])
         except sa_exc.IntegrityError as exc:
             if not self.fresh:
-                raise  # an id stored before this load: a conflict with stored data
+                raise _ids_stored_already(self.cid) from exc
             # Written by this load (ids within one batch were checked above): an id
             # of this batch repeats one of an earlier batch of the same stream.
             raise InvalidInputError(

@@ -30,6 +30,7 @@ from memstore import (
 from memstore.cli import main
 from memstore.errors import (
     ConfigurationError,
+    ConflictError,
     ConversationNotFoundError,
     InvalidInputError,
     MessageNotFoundError,
@@ -707,3 +708,12 @@ def test_an_import_repeating_a_message_id_is_refused_by_line_and_writes_nothing(
         with pytest.raises(ConversationNotFoundError):
             store.get_conversation("dup")
     store.close()
+
+
+async def test_loading_ids_a_conversation_holds_already_names_the_conflict(store: Any) -> None:
+    await call(store.extend("c", [Message.user("x", id="k"), Message.user("y")]))
+    state = await call(store.save_state("c"))
+    before = await call(store.messages("c"))
+    with pytest.raises(ConflictError, match="already stored in conversation 'c'"):
+        await call(store.load_state(state, "c", replace=False))
+    assert await call(store.messages("c")) == before
