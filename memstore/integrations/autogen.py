@@ -12,7 +12,11 @@ Install with ``pip install 'memstore[autogen]'`` (autogen-core 0.7).
 Mapping (lossless both ways; :func:`to_memstore` / :func:`from_memstore`):
 
 * ``SystemMessage`` ↔ a ``system`` message (a stored ``developer`` message reads
-  back as a ``SystemMessage`` too).
+  back as a ``SystemMessage`` too). One added to a conversation that already has a
+  non-system message (what an autogen ``Memory`` injects every run) is stored as a
+  non-anchored ``assistant`` message marked ``metadata["autogen"]["system"]``, so
+  views window it instead of keeping every injection forever; it reads back as the
+  same ``SystemMessage``.
 * ``UserMessage`` ↔ a ``user`` message: text, or parts (``Image`` ↔ an image part
   holding its ``data:image/png`` URI; an image given by URL reads back as its URL
   text, since an autogen ``Image`` holds pixels); ``source`` ↔ ``name``.
@@ -38,6 +42,8 @@ slow database must not hold up the event loop.
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
 import json
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
@@ -96,6 +102,8 @@ __all__ = [
 ]
 
 _KEY = "autogen"
+_ANCHORED = ("system", "developer")
+_PAGE = 64
 _IMAGE_URI = ("data:image/png;base64,", "data:image/jpeg;base64,")
 
 
@@ -117,8 +125,18 @@ def _meta(extra: dict[str, Any], base: Mapping[str, Any] | None = None) -> dict[
     return out
 
 
-def to_memstore(message: LLMMessage) -> list[Message]:
+def to_memstore(message: LLMMessage, *, anchor: bool = True) -> list[Message]:
     """Convert one autogen message into the memstore messages that store it.
+
+    Args:
+        message: the autogen message.
+        anchor: for a ``SystemMessage``: ``True`` stores it as a ``system`` message
+            (anchored: every view keeps it); ``False`` as a non-anchored ``assistant``
+            message marked ``metadata["autogen"]["system"]``, which views window like
+            any other message and which reads back as the same ``SystemMessage``
+            (what :class:`MemstoreChatCompletionContext` does with a system message
+            added after the conversation's first non-system message, such as the
+            one an autogen ``Memory`` injects every run).
 
     Returns:
         One message, except for a ``FunctionExecutionResultMessage``: one ``tool``
@@ -130,7 +148,10 @@ def to_memstore(message: LLMMessage) -> list[Message]:
     """
     extra: dict[str, Any] = {}
     if isinstance(message, SystemMessage):
-        return [Message(role="system", content=message.content)]
+        if anchor:
+            return [Message(role="system", content=message.content)]
+        return [Message(role="assistant", content=message.content,
+                        metadata={_KEY: {"system": True}})]
     if isinstance(message, UserMessage):
         name = _name_fields(message.source, "source", extra)
         content: str | list[TextPart | ImagePart]
@@ -173,8 +194,10 @@ def to_memstore(message: LLMMessage) -> list[Message]:
 
 
 def _extra(message: Message) -> dict[str, Any]:
+    # a deep copy: nothing handed to autogen may share a container with the stored
+    # message (read-only when read from a store, and shared with later reads)
     value = message.metadata.get(_KEY)
-    return dict(value) if isinstance(value, dict) else {}
+    return copy.deepcopy(dict(value)) if isinstance(value, dict) else {}
 
 
 def _source(message: Message, extra: Mapping[str, Any], default: str) -> str:
@@ -231,7 +254,9 @@ def from_memstore(messages: Iterable[Message]) -> list[LLMMessage]:
             group.append(_result(message, extra))
             continue
         flush()
-        if message.role in ("system", "developer"):
+        if message.role in ("system", "developer") or (
+                extra.get("system") is True and message.role == "assistant"
+                and not message.tool_calls):
             out.append(SystemMessage(content=message.text))
         elif message.role == "user":
             out.append(UserMessage(content=_user_content(message),
@@ -250,6 +275,11 @@ def from_memstore(messages: Iterable[Message]) -> list[LLMMessage]:
                 source=_source(message, extra, "assistant")))
     flush()
     return out
+
+
+def _page(conversation_id: str, start: int | None, store: AnyStore) -> Any:
+    """The first :data:`_PAGE` messages from ``start`` (awaitable for an async store)."""
+    return store.messages(conversation_id, start=start, limit=_PAGE)
 
 
 # ---- the model context -----------------------------------------------------------------------
@@ -337,8 +367,17 @@ class MemstoreChatCompletionContext(ChatCompletionContext,
         return self._view
 
     async def add_message(self, message: LLMMessage) -> None:
-        """Persist an autogen message (several tool messages in one transaction)."""
-        messages = to_memstore(message)
+        """Persist an autogen message (several tool messages in one transaction).
+
+        A ``SystemMessage`` added while the conversation holds only system messages
+        (or nothing) is a ``system`` message, kept by every view. One added later —
+        an autogen ``Memory`` (``ListMemory``, ...) injects one every run — is stored
+        non-anchored (see :func:`to_memstore`), so views window it like the rest of
+        the history instead of keeping every injection forever; it reads back as the
+        same ``SystemMessage``, in its place.
+        """
+        anchor = not isinstance(message, SystemMessage) or await self._only_anchored()
+        messages = to_memstore(message, anchor=anchor)
         if not messages:
             return
         cid = self._conversation_id
@@ -346,6 +385,26 @@ class MemstoreChatCompletionContext(ChatCompletionContext,
             await run(self._store, lambda s: s.append(cid, messages[0]))
         else:
             await run(self._store, lambda s: s.extend(cid, messages))
+
+    async def _only_anchored(self) -> bool:
+        """Whether the conversation holds no message but system/developer ones."""
+        cid = self._conversation_id
+        try:
+            newest = await run(self._store, lambda s: s.messages(cid, limit=1, newest_first=True))
+        except ConversationNotFoundError:
+            return True
+        if not newest:
+            return True
+        if newest[0].role not in _ANCHORED:
+            return False
+        start: int | None = None  # the newest is a system message: is every one before it?
+        while True:
+            page = await run(self._store, functools.partial(_page, cid, start))
+            if any(m.role not in _ANCHORED for m in page):
+                return False
+            if len(page) < _PAGE:
+                return True
+            start = page[-1].seq + 1
 
     async def get_messages(self) -> list[LLMMessage]:
         """The view's window plus the turn in progress, as autogen messages.

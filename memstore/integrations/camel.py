@@ -342,8 +342,9 @@ class MemstoreAgentMemory(AgentMemory):
     Resuming: ``ChatAgent.__init__`` sets the memory's ``agent_id`` and then clears
     it and writes its system message. With ``resume=True`` (default) a memory that an
     agent adopts keeps its stored history: that first ``clear()`` after the agent sets
-    ``agent_id`` is skipped, and the agent's system message is not stored again when
-    it equals the conversation's first message. Every other ``clear()`` (also
+    ``agent_id`` (only that one, with or without a system message) is skipped, and the
+    agent's system message is not stored again when it equals the conversation's
+    first message. Every other ``clear()`` (also
     ``agent.reset()``) deletes the conversation's messages.
 
     Args:
@@ -387,7 +388,12 @@ class MemstoreAgentMemory(AgentMemory):
         self._creator = MemstoreContextCreator(view, self._store.counter)
         self._agent_id = agent_id
         self._resume = resume
-        self._adopting = False
+        # Adoption by a ChatAgent (see the class doc): the first clear() after the
+        # agent_id setter is skipped (``_skip_clear``), and that skip arms
+        # ``_skip_system`` for the system message the agent writes right after. Both are
+        # one-shot: any other memory call disarms them, so later clears always clear.
+        self._skip_clear = False
+        self._skip_system = False
 
     # ---- AgentMemory ---------------------------------------------------------------------
 
@@ -399,7 +405,8 @@ class MemstoreAgentMemory(AgentMemory):
     @agent_id.setter
     def agent_id(self, val: str | None) -> None:
         self._agent_id = val
-        self._adopting = self._resume
+        self._skip_clear = self._resume
+        self._skip_system = False
 
     def get_context_creator(self) -> BaseContextCreator:
         """The context creator (its ``token_limit`` is the view's budget)."""
@@ -415,7 +422,7 @@ class MemstoreAgentMemory(AgentMemory):
                 budget (a ``ContextBudgetError`` and the ``RuntimeError`` ChatAgent
                 handles).
         """
-        self._adopting = False
+        self._settled()
         try:
             window = self._store.window(self.conversation_id, self.view)
         except ConversationNotFoundError:
@@ -439,8 +446,9 @@ class MemstoreAgentMemory(AgentMemory):
         for record in records:
             if record.agent_id == "" and self._agent_id is not None:
                 record.agent_id = self._agent_id
-        if self._adopting:
-            self._adopting = False
+        self._skip_clear = False
+        if self._skip_system:
+            self._skip_system = False
             records = self._skip_restored_system(records)
         if records:
             self._store.extend(self.conversation_id, [record_to_message(r) for r in records])
@@ -461,7 +469,7 @@ class MemstoreAgentMemory(AgentMemory):
         ``save_memory``, the ``memory`` setter): it reads the whole conversation.
         Model contexts come from :meth:`get_context`, which reads only the window.
         """
-        self._adopting = False
+        self._settled()
         messages = list(self._iter_stored())
         scores: list[float] = [1.0] * len(messages)
         factor = 1.0
@@ -477,10 +485,11 @@ class MemstoreAgentMemory(AgentMemory):
 
     def clear(self) -> None:
         """Delete the conversation's messages (see the class doc for ChatAgent adoption)."""
-        if self._adopting:
-            self._adopting = False
+        self._skip_system = False
+        if self._skip_clear:  # the clear() of ChatAgent adopting the memory: only that one
+            self._skip_clear = False
             if self._stored(limit=1):
-                self._adopting = True  # the agent's system message comes next
+                self._skip_system = True  # the agent's system message comes next
                 return
         with contextlib.suppress(ConversationNotFoundError):
             self._store.clear(self.conversation_id)
@@ -499,7 +508,7 @@ class MemstoreAgentMemory(AgentMemory):
             raise TypeError("count must be an integer")
         if count < 0:
             raise ValueError("count must be non-negative")
-        self._adopting = False
+        self._settled()
         if count == 0:
             return []
         try:
@@ -520,7 +529,7 @@ class MemstoreAgentMemory(AgentMemory):
         developer record (CAMEL's rule). The rewrite is one transaction (it reads the
         whole conversation). Returns the removed records in their original order.
         """
-        self._adopting = False
+        self._settled()
         try:
             state = self._store.save_state(self.conversation_id)
         except ConversationNotFoundError:
@@ -537,7 +546,7 @@ class MemstoreAgentMemory(AgentMemory):
         Removes assistant messages with tool calls and tool messages, in one
         transaction; the rest of the history is untouched.
         """
-        self._adopting = False
+        self._settled()
         try:
             state = self._store.save_state(self.conversation_id)
         except ConversationNotFoundError:
@@ -558,6 +567,11 @@ class MemstoreAgentMemory(AgentMemory):
         self._store.load_state(state.model_copy(update={"messages": kept}),
                                self.conversation_id, replace=True)
         return [message_to_record(m) for m in removed]
+
+    def _settled(self) -> None:
+        """Disarm the adoption skips: the agent is done adopting this memory."""
+        self._skip_clear = False
+        self._skip_system = False
 
     def _stored(self, limit: int) -> list[StoredMessage]:
         try:

@@ -12,7 +12,10 @@ Install with ``pip install 'memstore[langchain]'`` (langchain-core 1.x).
 Mapping (lossless both ways; :func:`to_memstore` / :func:`from_memstore`):
 
 * ``HumanMessage`` ↔ ``user``; ``AIMessage`` ↔ ``assistant`` (``tool_calls`` ↔
-  memstore tool calls, ``args`` as their JSON ``arguments``); ``SystemMessage`` ↔
+  memstore tool calls, ``args`` as their JSON ``arguments``; ``invalid_tool_calls``
+  with a string id, name and args are memstore tool calls too, their ``args`` text
+  verbatim, so the ``ToolMessage`` answering one is not an orphan, and they read back
+  as ``invalid_tool_calls``); ``SystemMessage`` ↔
   ``system`` (``developer`` when ``additional_kwargs["__openai_role__"]`` says so,
   the convention of langchain-openai); ``ToolMessage`` ↔ ``tool``
   (``tool_call_id``; ``status="error"`` also sets the ``is_error`` hint in
@@ -40,6 +43,7 @@ driven from synchronous code safely.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -174,6 +178,64 @@ def _lc_call(call: ToolCall) -> dict[str, Any]:
             "type": "tool_call"}
 
 
+def _invalid_calls(invalid: Any, taken: set[str]) -> list[ToolCall]:
+    """Memstore tool calls for LangChain's ``invalid_tool_calls`` (malformed arguments).
+
+    The model did make these calls, and a ``ToolMessage`` may answer them: memstore
+    must hold them as calls so the answer is not an orphan. Each one with a string
+    ``id`` (not already used in the message), ``name`` and ``args`` becomes a call
+    whose ``arguments`` are the ``args`` text, verbatim.
+    """
+    out: list[ToolCall] = []
+    for c in invalid if isinstance(invalid, list) else ():
+        if not isinstance(c, dict):
+            continue
+        call_id, name, args = c.get("id"), c.get("name"), c.get("args")
+        if not (isinstance(call_id, str) and isinstance(name, str) and isinstance(args, str)):
+            continue
+        if call_id in taken:
+            continue
+        try:
+            out.append(ToolCall(id=call_id, name=name, arguments=args))
+        except ValueError:  # not a valid memstore call (an empty id…): kept in the stash only
+            continue
+        taken.add(call_id)
+    return out
+
+
+def _invalid_keys(invalid: Any) -> set[tuple[Any, Any, Any]]:
+    """``(id, name, args)`` of the stashed ``invalid_tool_calls`` (to recognise their calls)."""
+    if not isinstance(invalid, list):
+        return set()
+    return {(c.get("id"), c.get("name"), c.get("args")) for c in invalid if isinstance(c, dict)}
+
+
+def _read_calls(calls: Sequence[ToolCall], invalid: Any
+                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """LangChain ``(tool_calls, invalid_tool_calls)`` for a message's memstore calls.
+
+    Calls that stand for a stashed invalid call (``invalid``) are not tool calls; the
+    stash itself gives them back. Any other call whose arguments are not a JSON object
+    (a message LangChain did not write) is an invalid call.
+    """
+    skip = _invalid_keys(invalid)
+    valid: list[dict[str, Any]] = []
+    derived: list[dict[str, Any]] = []
+    for c in calls:
+        if (c.id, c.name, c.arguments) in skip:
+            continue
+        try:
+            args = json.loads(c.arguments)
+        except ValueError:
+            args = None
+        if isinstance(args, dict):
+            valid.append(_lc_call(c))
+        else:
+            derived.append({"name": c.name, "args": c.arguments, "id": c.id,
+                            "error": None, "type": "invalid_tool_call"})
+    return valid, derived
+
+
 def _defaults(cls: type[BaseMessage]) -> dict[str, Any]:
     return {name: f.get_default(call_default_factory=True)
             for name, f in cls.model_fields.items() if not f.is_required()}
@@ -223,13 +285,22 @@ def to_memstore(message: BaseMessage) -> Message:
         name = None
     if data.get("id") is not None:
         lc["id"] = data["id"]
-    calls: list[ToolCall] | None = None
+    valid: list[ToolCall] = []
     if data.get("tool_calls"):
-        calls = _tool_calls(data["tool_calls"])
-        if calls is None:
+        exact = _tool_calls(data["tool_calls"])
+        if exact is None:
             lc["tool_calls"] = data["tool_calls"]
+        else:
+            valid = exact
     elif "tool_calls" in data and data["tool_calls"] != defaults.get("tool_calls"):
         lc["tool_calls"] = data["tool_calls"]
+    # invalid_tool_calls (malformed arguments) are calls too: stored as memstore calls
+    # (so their ToolMessages are answers, not orphans) and, with their ``error``, kept
+    # as the original list in the stash, from which they read back
+    invalid = data.get("invalid_tool_calls")
+    calls = valid + _invalid_calls(invalid, {c.id for c in valid}) or None
+    if calls and "tool_calls" not in lc and _read_calls(calls, invalid)[0] != data["tool_calls"]:
+        lc["tool_calls"] = data["tool_calls"]  # ambiguous (never in practice): stash them
     metadata: dict[str, Any] = {}
     if lc:
         metadata[_KEY] = lc
@@ -245,7 +316,10 @@ def to_memstore(message: BaseMessage) -> Message:
 
 def _one(message: Message) -> BaseMessage:
     stash = message.metadata.get(_KEY)
-    lc: dict[str, Any] = dict(stash) if isinstance(stash, dict) else {}
+    # a deep copy: LangChain code may change a message's dicts and lists (additional_kwargs,
+    # response_metadata…), which must not reach the stored message (read-only when read
+    # from a store, and shared with later reads)
+    lc: dict[str, Any] = copy.deepcopy(dict(stash)) if isinstance(stash, dict) else {}
     kind = lc.pop("type", _TYPE_OF[message.role])
     data: dict[str, Any] = {"content": lc.pop("content") if "content" in lc
                             else _canonical(message.content)}
@@ -255,17 +329,7 @@ def _one(message: Message) -> BaseMessage:
         if "tool_calls" in lc:
             data["tool_calls"] = lc.pop("tool_calls")
         else:
-            calls, invalid = [], []
-            for c in message.tool_calls or ():
-                try:
-                    args = json.loads(c.arguments)
-                except ValueError:
-                    args = None
-                if isinstance(args, dict):
-                    calls.append(_lc_call(c))
-                else:
-                    invalid.append({"name": c.name, "args": c.arguments, "id": c.id,
-                                    "error": None, "type": "invalid_tool_call"})
+            calls, invalid = _read_calls(message.tool_calls or (), lc.get("invalid_tool_calls"))
             data["tool_calls"] = calls
             if invalid and "invalid_tool_calls" not in lc:
                 data["invalid_tool_calls"] = invalid

@@ -61,8 +61,30 @@ Item = dict[str, Any]
 # ---- items <-> messages --------------------------------------------------------------------
 
 
+#: Item types the Responses API only accepts with a ``call_id`` (what pairs a call with
+#: its output): one without a string ``call_id`` is refused, never stored unpaired.
+_CALL_ID_TYPES = frozenset({
+    "function_call", "function_call_output",
+    "computer_call", "computer_call_output",
+    "custom_tool_call", "custom_tool_call_output",
+    "local_shell_call",
+    "shell_call", "shell_call_output",
+    "apply_patch_call", "apply_patch_call_output",
+})
+
+
+def _describe(item: Mapping[str, Any]) -> str:
+    text = json.dumps(item, sort_keys=True, default=str)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
 def _kind(item: Mapping[str, Any]) -> str:
-    """``input`` (user/system/developer), ``output`` (a call's result) or ``model``."""
+    """``input`` (user/system/developer), ``output`` (a call's result) or ``model``.
+
+    Raises:
+        InvalidInputError: an unknown role or type, or a call or call output of a type
+            that requires a ``call_id`` without a non-empty string one.
+    """
     item_type = item.get("type")
     if item_type is None or item_type == "message":
         role = item.get("role")
@@ -73,6 +95,13 @@ def _kind(item: Mapping[str, Any]) -> str:
         raise InvalidInputError(f"message item has an unknown role: {role!r}")
     if not isinstance(item_type, str):
         raise InvalidInputError(f"item type must be a string, got {item_type!r}")
+    if item_type in _CALL_ID_TYPES:
+        call_id = item.get("call_id")
+        if not isinstance(call_id, str) or not call_id:
+            raise InvalidInputError(
+                f"a {item_type} item needs a non-empty string call_id (the Responses API "
+                f"pairs calls and outputs by it), got {call_id!r}: {_describe(item)}"
+            )
     if item_type.endswith("_call_output") and isinstance(item.get("call_id"), str):
         return "output"
     return "model"
@@ -178,9 +207,11 @@ def items_to_messages(items: Iterable[Any]) -> list[Message]:
     user/system/developer item and each call output is a message of its own.
 
     Raises:
-        InvalidInputError: an item is not a JSON object, or has an unknown role.
-        pydantic.ValidationError: an item's chat equivalent is invalid (e.g. a call
-            without ``call_id``).
+        InvalidInputError: an item is not a JSON object, has an unknown role, or is a
+            call or call output (``function_call``, ``function_call_output``,
+            ``computer_call``, ...) without a string ``call_id``.
+        pydantic.ValidationError: an item's chat equivalent is invalid (e.g. one
+            model response with two calls of the same ``call_id``).
     """
     messages: list[Message] = []
     group: list[Item] = []
@@ -348,14 +379,17 @@ class MemstoreSession:
         return items[-limit:]
 
     async def add_items(self, items: list[Any]) -> None:
-        """Store items at the end of the session, in one transaction.
+        """Store items at the end of the session.
 
         Items that continue the newest stored model response (its calls, reasoning or
         text written in a later call) are merged into that response's message.
 
         Raises:
-            InvalidInputError: an item is not a JSON object or has an unknown role
-                (nothing is written).
+            InvalidInputError: an item is not a JSON object, has an unknown role, or is
+                a call or call output without a string ``call_id`` (nothing is written).
+            pydantic.ValidationError: the items cannot be stored, e.g. a model response
+                would hold two calls with one ``call_id`` (a retried write of the same
+                call): nothing is written and nothing stored is changed.
         """
         plain = [_plain(item) for item in items]
         if not plain:
@@ -364,30 +398,68 @@ class MemstoreSession:
         if _kind(plain[0]) == "model":
             newest = await self._or_empty("messages", [], limit=1, newest_first=True)
             if newest and _is_model_group(newest[0]):
-                popped = await self._call("pop", self.session_id, 1)
-                if popped and popped[0].id == newest[0].id:
-                    messages = items_to_messages(_items_of(popped[0]) + plain)
-                else:  # another writer got there first: put its message back, do not merge
-                    messages = items_to_messages(messages_to_items(popped) + plain)
+                # Built (and validated) from the message as read, before anything is
+                # removed: a merge that cannot be stored raises here and changes nothing.
+                merged = items_to_messages(_items_of(newest[0]) + plain)
+                await self._replace_newest(newest[0], merged, messages)
+                return
         await self._call("extend", self.session_id, messages)
+
+    async def _replace_newest(self, expected: StoredMessage, merged: list[Message],
+                              unmerged: list[Message]) -> None:
+        """Replace the newest message (``expected``) with ``merged``.
+
+        memstore's public API has no single-transaction "replace the newest message"
+        (``load_state`` rewrites the whole conversation, which costs what it holds),
+        so this is a ``pop`` and an ``extend``: two transactions. Everything that can
+        fail on the data was checked before the pop (``merged`` is built and
+        validated); if the write still fails (a database error), the popped message
+        is written back, unchanged, before the error propagates. Between the two
+        transactions a concurrent reader can see the conversation without that
+        message for a moment.
+        """
+        popped: list[StoredMessage] = await self._call("pop", self.session_id, 1)
+        if not popped:  # cleared meanwhile: the new items start a response of their own
+            write = unmerged
+        elif popped[0].id != expected.id:
+            # another writer got there first: put its message back as it was, do not merge
+            write = [_restored(popped[0]), *unmerged]
+        else:
+            write = merged
+        try:
+            await self._call("extend", self.session_id, write)
+        except Exception:  # the extend wrote nothing (one transaction): undo the pop
+            if popped:
+                await self._call("extend", self.session_id, [_restored(popped[0])])
+            raise
 
     async def pop_item(self) -> Item | None:
         """Remove and return the newest item (``None`` when the session is empty).
 
         When the newest message holds several items of one model response, it is
-        rewritten without its last item.
+        rewritten without its last item (a pop and a write, two transactions: if the
+        write fails, the message is put back as it was before the error propagates).
         """
         popped = await self._or_empty("pop", [], 1)
         if not popped:
             return None
         items = _items_of(popped[0])
         if len(items) > 1:
-            await self._call("extend", self.session_id, items_to_messages(items[:-1]))
+            try:
+                await self._call("extend", self.session_id, items_to_messages(items[:-1]))
+            except Exception:  # nothing of the rest was written: put the message back
+                await self._call("extend", self.session_id, [_restored(popped[0])])
+                raise
         return items[-1]
 
     async def clear_session(self) -> None:
         """Delete every item of the session."""
         await self._or_empty("clear", 0)
+
+
+def _restored(message: StoredMessage) -> Message:
+    """``message`` as written (same id, fields and metadata), to write it back."""
+    return Message.model_validate(message.model_dump(include=set(Message.model_fields)))
 
 
 def _newest_units(messages: Sequence[StoredMessage | Message], limit: int

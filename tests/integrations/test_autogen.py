@@ -234,6 +234,82 @@ async def test_component_round_trip(db_url: str, kind: str) -> None:
     await close_store(store)
 
 
+async def test_memory_injections_age_out_of_a_budgeted_window(store: Any) -> None:
+    from autogen_core.memory import ListMemory, MemoryContent
+
+    memory = ListMemory()
+    await memory.add(MemoryContent(content="The user likes short answers " * 5,
+                                   mime_type="text/plain"))
+    view = TokenLimitedView(token_limit=120)
+    context = MemstoreChatCompletionContext("mem", store, view=view)
+    # a system message set up before the conversation starts stays anchored
+    await context.add_message(SystemMessage(content="Be kind."))
+    client = ReplayChatCompletionClient([f"answer {turn}" for turn in range(8)],
+                                        model_info=MODEL_INFO)
+    assistant = AssistantAgent("a", model_client=client, model_context=context,
+                               memory=[memory], system_message=None)
+    for turn in range(8):  # every run injects the memory as a SystemMessage
+        await assistant.run(task=f"question {turn}")
+    stored = await call(store.messages("mem"))
+    assert len(stored) == 1 + 8 * 3
+    assert [m.role for m in stored[:4]] == ["system", "user", "assistant", "assistant"]
+    injections = [m for m in stored if m.metadata.get("autogen") == {"system": True}]
+    assert len(injections) == 8
+    # each model call got the anchored system message, its question and the newest
+    # injection; old injections aged out like the rest of the history
+    for turn, history in enumerate(sent(assistant)):
+        assert history[0] == {"role": "system", "content": "Be kind."}
+        assert history[-2:] == [{"role": "user", "content": f"question {turn}", "name": "user"},
+                                {"role": "system", "content": injections[turn].text}]
+    window = await call(store.window("mem", view))
+    assert window.report.omitted and window.token_count <= 120
+    # autogen gets back exactly what it added, in its place
+    everything = await MemstoreChatCompletionContext("mem", store).get_messages()
+    assert dumps(everything[:4]) == dumps([
+        SystemMessage(content="Be kind."), UserMessage(content="question 0", source="user"),
+        SystemMessage(content=injections[0].text),
+        AssistantMessage(content="answer 0", source="a")])
+
+
+async def test_a_late_system_message_round_trips(store: Any) -> None:
+    context = MemstoreChatCompletionContext("late", store)
+    added = [SystemMessage(content="first"), SystemMessage(content="second"),
+             UserMessage(content="hi", source="user"), SystemMessage(content="late"),
+             AssistantMessage(content="ok", source="a"), SystemMessage(content="later")]
+    for message in added:
+        await context.add_message(message)
+    assert dumps(await context.get_messages()) == dumps(added)
+    assert [m.role for m in await call(store.messages("late"))] == [
+        "system", "system", "user", "assistant", "assistant", "assistant"]
+    assert dumps(from_memstore(to_memstore(SystemMessage(content="x"), anchor=False))) == dumps(
+        [SystemMessage(content="x")])
+    # the newest message is a system one, but the conversation has started: not anchored
+    await call(store.append("late", Message.system("written elsewhere")))
+    await context.add_message(SystemMessage(content="after it"))
+    assert (await call(store.messages("late")))[-1].role == "assistant"
+
+
+async def test_changing_what_autogen_got_does_not_change_the_context(store: Any) -> None:
+    context = MemstoreChatCompletionContext("mut", store)
+    added = sendable(conversation())
+    for message in added:
+        await context.add_message(message)
+    await call(store.append("mut", Message.user([{"type": "text", "text": "foreign"}])))
+    expected = dumps(await context.get_messages())
+    for _ in range(2):  # the second read may come from the store's cache
+        got = await context.get_messages()
+        assert dumps(got) == expected
+        for message in got:
+            if isinstance(message.content, list):
+                for item in message.content:
+                    if isinstance(item, FunctionCall):
+                        item.name = "changed"
+                    elif isinstance(item, FunctionExecutionResult):
+                        item.content = "changed"
+                message.content.append("changed")  # type: ignore[arg-type]
+    assert dumps(await context.get_messages()) == expected
+
+
 def sendable(messages: list[Any]) -> list[Any]:
     """``messages`` without empty FunctionExecutionResultMessages (they store nothing)."""
     return [m for m in messages

@@ -398,3 +398,65 @@ async def test_assigning_the_memory_keeps_the_history(store: Any) -> None:
     assert len(after) == 6
     assert model.seen[0][-1] == {"role": "user", "content": "again"}
     assert_openai_history_valid(model.seen[0])
+
+
+@pytest.mark.parametrize("system", [None, "You add numbers."])
+async def test_only_the_adopting_clear_is_skipped(store: Any, system: str | None) -> None:
+    def agent(replies: list[dict[str, Any]]) -> ChatAgent:
+        memory = MemstoreAgentMemory("adopted", store, token_limit=4000)
+        return ChatAgent(system, model=ScriptedModel(replies), memory=memory, tools=[add],
+                         summarize_threshold=None)
+
+    async def roles() -> list[str]:
+        return [m.role for m in await call(store.messages("adopted"))]
+
+    await agent([{"content": "hello"}]).astep("hi")
+    history = await roles()
+    assert history == ["system", "user", "assistant"][0 if system else 1:]
+    # a new agent adopts the stored conversation: its constructor's clear() is skipped
+    second = agent([{"content": "again"}, {"content": "and again"}])
+    assert await roles() == history
+    # every later clear deletes the messages (the agent writes its system message again)
+    empty = ["system"] if system else []
+    second.reset()
+    assert await roles() == empty
+    await second.astep("one")
+    assert await roles() == [*empty, "user", "assistant"]
+    second.reset()
+    assert await roles() == empty
+    await second.astep("two")
+    second.clear_memory()
+    assert await roles() == empty
+    second.memory.clear()
+    assert await roles() == []
+
+
+async def test_changing_what_camel_got_does_not_change_the_memory(store: Any) -> None:
+    memory = MemstoreAgentMemory("mutations", store, token_limit=4000)
+    agent = agent_for(memory, ScriptedModel([{"tool_calls": [tool_call("c1", 1, 2)]},
+                                             {"content": "3"}]))
+    await agent.astep("add 1+2")
+    memory.write_records([MemoryRecord(
+        message=BaseMessage("user", RoleType.USER, {"tags": ["a"]}, "tagged"),
+        role_at_backend=OpenAIBackendRole.USER, extra_info={"note": "n"})])
+    # a message written by other code (no CAMEL record in its metadata)
+    await call(store.append("mutations", Message.user([{"type": "text", "text": "foreign"}])))
+    expected_context = memory.get_context()
+    expected_records = [r.memory_record.to_dict() for r in memory.retrieve()]
+    for _ in range(2):  # the second read may come from the store's cache
+        messages, _tokens = memory.get_context()
+        assert messages == expected_context[0]
+        for message in messages:
+            for value in message.values():
+                if isinstance(value, list) and value and isinstance(value[0], dict):
+                    value[0].clear()
+                    value.append({"changed": True})
+        for context_record in memory.retrieve():
+            record = context_record.memory_record
+            record.extra_info["note"] = "changed"
+            if record.message.meta_dict:
+                record.message.meta_dict.setdefault("tags", []).append("b")
+                for calls in record.message.meta_dict.get("tool_calls") or ():
+                    calls["function"]["name"] = "changed"
+    assert memory.get_context() == expected_context
+    assert [r.memory_record.to_dict() for r in memory.retrieve()] == expected_records

@@ -72,6 +72,23 @@ def calls(*cities: str, turn: int) -> AIMessage:
         for i, c in enumerate(cities)])
 
 
+def openai_form(messages: list[BaseMessage]) -> list[dict[str, Any]]:
+    """The OpenAI chat history langchain-openai sends for ``messages``.
+
+    ``convert_to_openai_messages``, plus what langchain-openai adds: an AIMessage's
+    ``invalid_tool_calls`` are sent as tool calls too (their raw arguments).
+    """
+    out: list[dict[str, Any]] = convert_to_openai_messages(messages)  # type: ignore[assignment]
+    assert len(out) == len(messages)
+    for message, form in zip(messages, out):
+        if isinstance(message, AIMessage) and message.invalid_tool_calls:
+            form.setdefault("tool_calls", []).extend(
+                {"type": "function", "id": c["id"],
+                 "function": {"name": c["name"], "arguments": c["args"]}}
+                for c in message.invalid_tool_calls)
+    return out
+
+
 class Bot:
     """A fake chat model in RunnableWithMessageHistory, recording what the model is sent."""
 
@@ -95,7 +112,7 @@ class Bot:
 
     def assert_valid(self) -> None:
         for messages in self.seen:
-            assert_openai_history_valid(convert_to_openai_messages(messages))  # type: ignore[arg-type]
+            assert_openai_history_valid(openai_form(messages))
 
 
 async def tool_turn(bot: Bot, ai: BaseMessage, kind: str) -> BaseMessage:
@@ -180,7 +197,7 @@ async def test_turn_in_progress(store: Any) -> None:
     # a call the conversation moved on from is never given back
     await history.aadd_messages([calls("Nowhere", turn=2), HumanMessage("Forget it.")])
     final = await history.aget_messages()
-    assert_openai_history_valid(convert_to_openai_messages(final))  # type: ignore[arg-type]
+    assert_openai_history_valid(openai_form(final))
     assert not any(getattr(m, "id", None) == "run-2" for m in final)
 
 
@@ -219,6 +236,77 @@ async def test_sync_methods_need_a_sync_store(db_url: str, kind: str) -> None:
     await close_store(store)
 
 
+async def test_an_invalid_tool_call_and_its_answer_stay_together(db_url: str, kind: str) -> None:
+    store = await open_store(kind, db_url)
+    broken = AIMessage("", id="run-1", invalid_tool_calls=[{
+        "type": "invalid_tool_call", "id": "call_1", "name": "get_weather",
+        "args": '{"city": "Par', "error": "Function get_weather arguments are not valid JSON"}])
+    bot = Bot(store, [broken, AIMessage("Sorry: it is sunny in Paris.")],
+              view=TokenLimitedView(token_limit=400))
+    ai = await bot.send("Weather in Paris?", kind)
+    assert ai == broken
+    answer = ToolMessage("Error: the arguments were not valid JSON", tool_call_id="call_1",
+                         status="error")
+    await bot.send([answer], kind)
+    bot.assert_valid()
+    # the model was sent the malformed call with its answer, as LangChain had them
+    assert bot.seen[1][1:] == [broken, answer]
+    history = MemstoreChatMessageHistory("s1", store)  # type: ignore[arg-type]
+    got = await history.aget_messages()
+    assert got[:3] == [HumanMessage("Weather in Paris?"), broken, answer]
+    assert got[3].content == "Sorry: it is sunny in Paris."
+    assert isinstance(got[1], AIMessage) and got[1].tool_calls == []
+    assert_openai_history_valid(openai_form(got))
+    # memstore holds the call (arguments verbatim), so no view orphans the answer
+    stored = await call(store.messages("s1"))
+    assert [(c.id, c.arguments) for c in stored[1].tool_calls] == [("call_1", '{"city": "Par')]
+    window = await call(store.window("s1", UnboundedView()))
+    assert [m.role for m in window.messages] == ["user", "assistant", "tool", "assistant"]
+    await close_store(store)
+
+
+def test_valid_and_invalid_tool_calls_in_one_message() -> None:
+    message = AIMessage("", tool_calls=[{"name": "f", "args": {"a": 1}, "id": "v"}],
+                        invalid_tool_calls=[
+                            {"type": "invalid_tool_call", "id": "i", "name": "g", "args": "{",
+                             "error": "bad"},
+                            {"type": "invalid_tool_call", "id": None, "name": "g", "args": "{",
+                             "error": None},
+                            {"type": "invalid_tool_call", "id": "v", "name": "f",
+                             "args": '{"a": 1}', "error": "same id as a valid call"}])
+    stored = to_memstore(message)
+    assert [(c.id, c.name, c.arguments) for c in stored.tool_calls or ()] == [
+        ("v", "f", '{"a": 1}'), ("i", "g", "{")]
+    assert from_memstore([stored]) == [message]
+
+
+async def test_changing_returned_messages_does_not_change_the_history(store: Any) -> None:
+    history = MemstoreChatMessageHistory("mut", store)
+    written = [
+        HumanMessage([{"type": "text", "text": "hi"}, {"type": "reasoning", "reasoning": "r"}],
+                     additional_kwargs={"x": {"nested": [1, 2]}}),
+        AIMessage("", tool_calls=[{"name": "f", "args": {"a": {"b": [1]}}, "id": "c"}],
+                  invalid_tool_calls=[{"type": "invalid_tool_call", "id": "d", "name": "f",
+                                       "args": "{", "error": "bad"}],
+                  response_metadata={"model": {"name": "m"}},
+                  usage_metadata={"input_tokens": 1, "output_tokens": 2, "total_tokens": 3}),
+        ToolMessage("r", tool_call_id="c", artifact={"rows": [1, 2]}),
+        ToolMessage("e", tool_call_id="d", status="error"),
+    ]
+    await history.aadd_messages(written)
+    for _ in range(2):  # the second read may come from the store's cache
+        got = await history.aget_messages()
+        assert got == written
+        got[0].additional_kwargs["x"]["nested"].append(3)
+        got[0].content.append({"type": "text", "text": "more"})  # type: ignore[union-attr]
+        got[0].content[1]["reasoning"] = "changed"  # type: ignore[index]
+        got[1].response_metadata["model"]["name"] = "changed"
+        got[1].tool_calls[0]["args"]["a"]["b"].append(2)  # type: ignore[attr-defined]
+        got[1].invalid_tool_calls[0]["error"] = "changed"  # type: ignore[attr-defined]
+        got[2].artifact["rows"].append(3)  # type: ignore[attr-defined]
+    assert await history.aget_messages() == written
+
+
 # ---- round trips -----------------------------------------------------------------------------
 
 _text = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"),
@@ -243,12 +331,20 @@ _tool_call = st.builds(lambda n, a, i: {"name": n, "args": a, "id": i},
                        st.sampled_from(["f", "g"]),
                        st.dictionaries(st.text("xyz", min_size=1, max_size=2), _json, max_size=2),
                        st.text("abc123", min_size=1, max_size=4))
+_invalid_call = st.builds(
+    lambda n, a, i, e: {"type": "invalid_tool_call", "name": n, "args": a, "id": i, "error": e},
+    st.none() | st.sampled_from(["f", "g"]),
+    st.none() | st.sampled_from(['{"x": ', "{}", '{"x": 1}', "not json", ""]),
+    st.none() | st.sampled_from(["", "a", "b1"]) | st.text("abc123", min_size=1, max_size=4),
+    st.none() | st.sampled_from(["malformed JSON"]))
 _name = st.none() | st.sampled_from(["alice", "x" * 300])
 _message = st.one_of(
     st.builds(lambda c, i, n, k: HumanMessage(content=c, id=i, name=n, additional_kwargs=k),
               _content, _ids, _name, _kwargs),
-    st.builds(lambda c, i, t, u: AIMessage(content=c, id=i, tool_calls=t, usage_metadata=u),
+    st.builds(lambda c, i, t, v, u: AIMessage(content=c, id=i, tool_calls=t,
+                                              invalid_tool_calls=v, usage_metadata=u),
               _content, _ids, st.lists(_tool_call, max_size=2, unique_by=lambda t: t["id"]),
+              st.lists(_invalid_call, max_size=2),
               st.none() | st.just({"input_tokens": 1, "output_tokens": 2, "total_tokens": 3})),
     st.builds(lambda c, k: SystemMessage(content=c, additional_kwargs=k), _content,
               st.sampled_from([{}, {"__openai_role__": "developer"}])),

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from memstore import (
     AsyncMemoryStore,
@@ -292,6 +293,108 @@ async def test_bad_items_write_nothing(store: Any) -> None:
     with pytest.raises(InvalidInputError):
         await session.add_items([{"role": "user", "content": {1, 2}}])
     assert await session.get_items() == [{"role": "user", "content": "ok"}]
+
+
+async def test_a_merge_that_cannot_be_stored_changes_nothing(store: Any) -> None:
+    session = MemstoreSession("merge-fail", store)
+    call_item = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+    await session.add_items([{"role": "user", "content": "hi"}])
+    await session.add_items([call_item])
+    before = await session.get_items()
+    stored_before = await call(store.messages("merge-fail"))
+    # a retried write of the same call would give the response two calls "c1": refused,
+    # and the stored response (read before anything is removed) is still there
+    with pytest.raises(ValidationError):
+        await session.add_items([dict(call_item)])
+    assert await session.get_items() == before
+    assert [m.id for m in await call(store.messages("merge-fail"))] == [
+        m.id for m in stored_before]
+    # a later, valid continuation still merges into it
+    await session.add_items([{"type": "function_call", "call_id": "c2", "name": "f",
+                              "arguments": "{}"}])
+    assert (await call(store.messages("merge-fail")))[-1].tool_call_ids == ("c1", "c2")
+
+
+async def test_a_failed_merge_write_puts_the_response_back(store: Any, monkeypatch: Any) -> None:
+    session = MemstoreSession("merge-db-fail", store)
+    await session.add_items([{"role": "user", "content": "hi"},
+                             {"type": "reasoning", "id": "rs", "summary": []},
+                             {"type": "function_call", "call_id": "c1", "name": "f",
+                              "arguments": "{}"}])
+    before = await session.get_items()
+    extend = store.extend
+    failures = [RuntimeError("database went away")]  # the next extend fails, once
+
+    def failing_extend(*args: Any, **kwargs: Any) -> Any:
+        if failures:
+            raise failures.pop()
+        return extend(*args, **kwargs)
+
+    monkeypatch.setattr(store, "extend", failing_extend)
+    with pytest.raises(RuntimeError, match="went away"):
+        await session.add_items([{"type": "function_call", "call_id": "c2", "name": "f",
+                                  "arguments": "{}"}])
+    assert await session.get_items() == before
+    # pop_item rewrites the response without its last item: a failed rewrite puts it back
+    failures.append(RuntimeError("database went away"))
+    with pytest.raises(RuntimeError, match="went away"):
+        await session.pop_item()
+    monkeypatch.undo()
+    assert await session.get_items() == before
+    assert await session.pop_item() == before[-1]
+    assert await session.get_items() == before[:-1]
+
+
+@pytest.mark.parametrize("item", [
+    {"type": "function_call", "name": "f", "arguments": "{}"},
+    {"type": "function_call", "call_id": 7, "name": "f", "arguments": "{}"},
+    {"type": "function_call", "call_id": "", "name": "f", "arguments": "{}"},
+    {"type": "function_call_output", "output": "r"},
+    {"type": "computer_call", "id": "cu", "action": {"type": "screenshot"},
+     "pending_safety_checks": [], "status": "completed"},
+    {"type": "computer_call_output", "output": {"type": "computer_screenshot"}},
+    {"type": "custom_tool_call", "name": "g", "input": "raw"},
+    {"type": "custom_tool_call_output", "output": "ok"},
+    {"type": "shell_call_output", "output": []},
+])
+async def test_calls_without_a_call_id_are_refused(store: Any, item: dict[str, Any]) -> None:
+    session = MemstoreSession("no-call-id", store)
+    await session.add_items([{"role": "user", "content": "ok"}])
+    with pytest.raises(InvalidInputError, match=f"{item['type']} item needs .*call_id"):
+        await session.add_items([{"role": "user", "content": "q"}, item])
+    with pytest.raises(InvalidInputError, match="call_id"):
+        items_to_messages([item])
+    assert await session.get_items() == [{"role": "user", "content": "ok"}]
+    # hosted calls carry no call_id and are stored as they are
+    await session.add_items([{"type": "web_search_call", "id": "ws", "status": "completed"}])
+    assert len(await session.get_items()) == 2
+
+
+@pytest.mark.parametrize("view", [None, UnboundedView()])
+async def test_changing_returned_items_does_not_change_the_session(
+        store: Any, view: Any) -> None:
+    items = [
+        {"role": "user", "content": [{"type": "input_text", "text": "look"}]},
+        {"type": "function_call", "call_id": "a", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "a",
+         "output": [{"type": "input_text", "text": "part"}]},
+        {"id": "m", "type": "message", "role": "assistant", "status": "completed",
+         "content": [{"type": "output_text", "text": "done", "annotations": []}]},
+    ]
+    session = MemstoreSession("mutations", store, view=view)
+    await session.add_items(json.loads(json.dumps(items)))
+    for _ in range(2):  # the second read may come from the store's cache
+        got = await session.get_items()
+        assert got == items
+        got[0]["content"][0]["text"] = "changed"
+        got[2]["output"].append({"type": "input_text", "text": "more"})
+        got[3]["content"][0]["annotations"].append({"type": "url_citation"})
+        got[1]["name"] = "g"
+    assert await session.get_items() == items
+    popped = await session.pop_item()
+    assert popped == items[-1]
+    popped["content"][0]["text"] = "changed"
+    assert await session.get_items() == items[:-1]
 
 
 # ---- round trips: every item type comes back equal -----------------------------------------
