@@ -182,6 +182,13 @@ def _tool_input(call: ToolCall, message: Message) -> dict[str, Any]:
         value = json.loads(call.arguments) if call.arguments.strip() else {}
     except ValueError:
         value = None
+    except RecursionError:
+        # Valid JSON perhaps, but nested deeper than Python can parse: it cannot become
+        # the input object either, so it is refused like arguments that are not JSON.
+        raise InvalidInputError(
+            f"{_where(message)}: the arguments of tool call {call.id!r} are nested too "
+            "deeply to parse as the JSON object Anthropic's tool_use input must be"
+        ) from None
     if not isinstance(value, dict):
         raise InvalidInputError(
             f"{_where(message)}: the arguments of tool call {call.id!r} are not a JSON "
@@ -221,8 +228,9 @@ def to_anthropic(messages: Iterable[Message]) -> dict[str, Any]:
         ``client.messages.create(model=..., max_tokens=..., **result)``.
 
     Raises:
-        InvalidInputError: a tool call's arguments are not a JSON object, or an
-            image is a ``data:`` URI of a type Anthropic does not accept.
+        InvalidInputError: a tool call's arguments are not a JSON object (or are
+            nested too deeply to parse), or an image is a ``data:`` URI of a type
+            Anthropic does not accept.
     """
     system: list[dict[str, Any]] = []
     turns: list[dict[str, Any]] = []
@@ -260,14 +268,49 @@ def to_anthropic(messages: Iterable[Message]) -> dict[str, Any]:
     return out
 
 
-def _text_of_blocks(blocks: Sequence[Any], where: str) -> str | list[TextPart]:
+def _field(block: Mapping[str, Any], key: str, where: str) -> Any:
+    """``block[key]``, or an InvalidInputError naming the block and the missing key."""
+    if key not in block:
+        raise InvalidInputError(f"{where} has no {key!r}")
+    return block[key]
+
+
+def _block_where(where: str, index: int, kind: str) -> str:
+    return f"{where}: content block {index} ({kind})"
+
+
+def _text_of_blocks(blocks: Any, where: str) -> str | list[TextPart]:
+    if blocks is None:
+        return ""
+    if not isinstance(blocks, Sequence) or isinstance(blocks, (bytes, bytearray)):
+        raise InvalidInputError(
+            f"{where}: content must be a string or a list of text blocks, "
+            f"not {type(blocks).__name__}"
+        )
     parts: list[TextPart] = []
-    for block in blocks:
+    for index, block in enumerate(blocks):
         kind = block.get("type") if isinstance(block, Mapping) else None
         if kind != "text":
             raise InvalidInputError(f"{where}: only text blocks are supported here, not {kind!r}")
-        parts.append(TextPart(text=block["text"]))
+        parts.append(TextPart(text=_field(block, "text", _block_where(where, index, kind))))
     return parts
+
+
+def _tool_arguments(block: Mapping[str, Any], where: str) -> str:
+    """A tool_use block's ``input`` as the JSON text of a tool call's ``arguments``."""
+    value = block.get("input", {})
+    if not isinstance(value, Mapping):
+        raise InvalidInputError(
+            f"{where}: input must be a JSON object, not {type(value).__name__}"
+        )
+    try:
+        return json.dumps(value, allow_nan=False)
+    except RecursionError:
+        raise InvalidInputError(f"{where}: input is nested too deeply to serialise") from None
+    except (TypeError, ValueError) as exc:
+        # ValueError: NaN or Infinity, which JSON cannot express; TypeError: a value
+        # (set, bytes ...) or key that is not JSON.
+        raise InvalidInputError(f"{where}: input is not JSON: {exc}") from None
 
 
 def _image_from_anthropic(block: Mapping[str, Any], where: str) -> ImagePart:
@@ -306,9 +349,14 @@ def from_anthropic(data: Mapping[str, Any], **extra: Any) -> list[Message]:
             message made.
 
     Raises:
-        InvalidInputError: an unknown role, or a block type memstore cannot store
-            (thinking, documents, server tools...).
-        pydantic.ValidationError: a block's values are not a valid message.
+        InvalidInputError: an unknown role, a block type memstore cannot store
+            (thinking, documents, server tools...), a block without a field it needs
+            (a text block's ``text``, a ``tool_use`` block's ``id`` or ``name``, a
+            ``tool_result`` block's ``tool_use_id``), or a ``tool_use`` input that is
+            not a JSON object (NaN, sets, bytes, nesting too deep to serialise); the
+            message names the block by its index.
+        pydantic.ValidationError: a block's values are not a valid message (a text
+            that is not a string, an empty id ...).
     """
     if not isinstance(data, Mapping):
         raise InvalidInputError(f"from_anthropic expects a mapping, not {type(data).__name__}")
@@ -328,13 +376,14 @@ def from_anthropic(data: Mapping[str, Any], **extra: Any) -> list[Message]:
         texts: list[TextPart] = []
         calls: list[ToolCall] = []
         cache: Any = None
-        for block in content:
+        for index, block in enumerate(content):
             kind = block.get("type") if isinstance(block, Mapping) else None
+            at = _block_where(where, index, str(kind))
             if kind == "text":
-                texts.append(TextPart(text=block["text"]))
+                texts.append(TextPart(text=_field(block, "text", at)))
             elif kind == "tool_use":
-                calls.append(ToolCall(id=block["id"], name=block["name"],
-                                      arguments=json.dumps(block.get("input", {}))))
+                calls.append(ToolCall(id=_field(block, "id", at), name=_field(block, "name", at),
+                                      arguments=_tool_arguments(block, at)))
             else:
                 raise InvalidInputError(
                     f"{where}: block type {kind!r} is not supported (supported: text, tool_use)"
@@ -357,23 +406,25 @@ def from_anthropic(data: Mapping[str, Any], **extra: Any) -> list[Message]:
                                metadata=_meta(metadata, run_cache), **extra))
         run, run_cache = [], None
 
-    for block in content:
+    for index, block in enumerate(content):
         kind = block.get("type") if isinstance(block, Mapping) else None
+        at = _block_where(where, index, str(kind))
         if kind == "text":
-            run.append(TextPart(text=block["text"]))
+            run.append(TextPart(text=_field(block, "text", at)))
             run_cache = block.get("cache_control") or run_cache
         elif kind == "image":
-            run.append(_image_from_anthropic(block, where))
+            run.append(_image_from_anthropic(block, at))
             run_cache = block.get("cache_control") or run_cache
         elif kind == "tool_result":
             flush()
             inner = block.get("content", "")
-            body_result = inner if isinstance(inner, str) else _text_of_blocks(inner, where)
+            body_result = inner if isinstance(inner, str) else _text_of_blocks(inner, at)
             meta = _meta(metadata, block.get("cache_control"))
             if block.get("is_error"):
                 meta = with_hints(meta, is_error=True)
             out.append(Message(role="tool", content=body_result,
-                               tool_call_id=block["tool_use_id"], metadata=meta, **extra))
+                               tool_call_id=_field(block, "tool_use_id", at), metadata=meta,
+                               **extra))
         else:
             raise InvalidInputError(
                 f"{where}: block type {kind!r} is not supported "

@@ -44,7 +44,12 @@ from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from memstore import _base, _snapshots
-from memstore.errors import ImportFormatError, InvalidInputError, MemstoreError
+from memstore.errors import (
+    ConflictError,
+    ImportFormatError,
+    InvalidInputError,
+    MemstoreError,
+)
 from memstore.models import Conversation, StoredMessage, Summary
 
 if TYPE_CHECKING:
@@ -56,6 +61,7 @@ __all__ = [
     "ImportResult",
     "ImportedConversation",
     "LoadReport",
+    "conflicts_with_stored",
     "export_jsonl",
     "import_jsonl",
 ]
@@ -70,6 +76,9 @@ _Owned = TypeVar("_Owned", StoredMessage, Summary)
 EXPORT_PAGE = 1000
 #: Messages written per batch on import (all batches of a conversation: one transaction).
 IMPORT_BATCH = 500
+
+#: The error of a line nested deeper than Python's JSON parser can follow.
+_TOO_DEEP = "JSON nested too deeply to read"
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 _HEADER_FIELDS = frozenset({"id", "created_at", "updated_at", "metadata", "message_count"})
@@ -279,6 +288,8 @@ class _Lines:
                 value = json.loads(line)
             except ValueError as exc:
                 raise ImportFormatError(self._no, f"not JSON: {exc}") from None
+            except RecursionError:
+                raise ImportFormatError(self._no, _TOO_DEEP) from None
             if not isinstance(value, dict):
                 raise ImportFormatError(self._no, "a line must hold a JSON object")
             return self._no, value
@@ -465,52 +476,80 @@ def _import_one(
     recounter = _snapshots.Recounter(store.counter)
     with store._write_connection() as conn:
         loader = _snapshots.Loader(conn, cid, header, "replace" if replace else "merge", recounter)
-        batch: list[StoredMessage] = []
-        count = 0
-        previous: int | None = None
-        last_seq: int | None = None
-        while (item := lines.peek()) is not None and not _is_header(item[1]):
-            lines.take()
-            number, raw = item
-            message = _message(number, raw, cid, source)
-            if previous is not None and (
-                message.seq <= previous or (loader.fresh and message.seq != previous + 1)
-            ):
-                raise ImportFormatError(
-                    number, f"seq {message.seq} does not follow seq {previous} (the seqs "
-                    "of a conversation are contiguous and increasing)"
-                )
-            previous = last_seq = message.seq
-            batch.append(message)
-            count += 1
-            if len(batch) >= IMPORT_BATCH:
-                _add(loader, batch, number)
-                if progress is not None:
-                    progress(len(batch))
-                batch = []
-        if batch:
-            _add(loader, batch, lines.last)
+        try:
+            return _import_rows(lines, loader, line_no, expected, source, progress, recounter)
+        except ConflictError as exc:
+            if not loader.fresh:
+                # merged into the stored conversation: replace=True would resolve it
+                setattr(exc, _STORED_CONFLICT, True)
+            raise
+
+
+#: The attribute marking a ConflictError of a merge into a stored conversation.
+_STORED_CONFLICT = "_memstore_conflicts_with_stored"
+
+
+def conflicts_with_stored(exc: BaseException) -> bool:
+    """Whether ``exc`` (from :func:`import_jsonl`) is a conflict with stored rows.
+
+    True when a message or summary of the file conflicts with what an existing
+    conversation stores, which ``replace=True`` would overwrite (the CLI's hint).
+    """
+    return isinstance(exc, ConflictError) and getattr(exc, _STORED_CONFLICT, False) is True
+
+
+def _import_rows(
+    lines: _Lines, loader: _snapshots.Loader, line_no: int, expected: int | None,
+    source: str | None, progress: Progress | None, recounter: _snapshots.Recounter,
+) -> ImportedConversation:
+    """Write one conversation's message and summary lines through ``loader``."""
+    cid, conn = loader.cid, loader.conn
+    batch: list[StoredMessage] = []
+    count = 0
+    previous: int | None = None
+    last_seq: int | None = None
+    while (item := lines.peek()) is not None and not _is_header(item[1]):
+        lines.take()
+        number, raw = item
+        message = _message(number, raw, cid, source)
+        if previous is not None and (
+            message.seq <= previous or (loader.fresh and message.seq != previous + 1)
+        ):
+            raise ImportFormatError(
+                number, f"seq {message.seq} does not follow seq {previous} (the seqs "
+                "of a conversation are contiguous and increasing)"
+            )
+        previous = last_seq = message.seq
+        batch.append(message)
+        count += 1
+        if len(batch) >= IMPORT_BATCH:
+            _add(loader, batch, number)
             if progress is not None:
                 progress(len(batch))
-        if expected is not None and count != expected:
-            raise ImportFormatError(
-                line_no, f"the header announces {expected} messages for conversation "
-                f"{source!r} and the file holds {count} (a truncated or edited file)"
-            )
-        summaries: list[Summary] = []
-        while (item := lines.peek()) is not None and _is_summary(item[1]):
-            lines.take()
-            number, raw = item
-            summary = _summary(number, raw, cid, source)
-            _check_summary(number, summary, summaries[-1] if summaries else None, last_seq)
-            summaries.append(summary)
-        written = unchanged = 0
-        if loader.fresh:
-            loader.finish(summaries)
-            written = len(summaries)
-        else:
-            loader.finish()
-            written, unchanged = _snapshots.merge_summaries(conn, cid, summaries, loader.aligned)
+            batch = []
+    if batch:
+        _add(loader, batch, lines.last)
+        if progress is not None:
+            progress(len(batch))
+    if expected is not None and count != expected:
+        raise ImportFormatError(
+            line_no, f"the header announces {expected} messages for conversation "
+            f"{source!r} and the file holds {count} (a truncated or edited file)"
+        )
+    summaries: list[Summary] = []
+    while (item := lines.peek()) is not None and _is_summary(item[1]):
+        lines.take()
+        number, raw = item
+        summary = _summary(number, raw, cid, source)
+        _check_summary(number, summary, summaries[-1] if summaries else None, last_seq)
+        summaries.append(summary)
+    written = unchanged = 0
+    if loader.fresh:
+        loader.finish(summaries)
+        written = len(summaries)
+    else:
+        loader.finish()
+        written, unchanged = _snapshots.merge_summaries(conn, cid, summaries, loader.aligned)
     return ImportedConversation(id=cid, written=loader.written, unchanged=loader.unchanged,
                                 replaced=loader.replaced, recounted=recounter.recounted,
                                 summaries=written, summaries_unchanged=unchanged)

@@ -520,3 +520,172 @@ def test_progress_only_on_a_terminal(capsys: Any, monkeypatch: Any) -> None:
             advance(500)
     out, err = capsys.readouterr()
     assert out == "" and "importing" in err  # on standard error, never in the data
+
+
+# ---- review fixes: refusals are one line and write nothing ---------------------------------
+
+
+def test_append_refuses_empty_id_and_name(url: str, capsys: Any) -> None:
+    """An empty --id or --name reaches the model, which refuses it; it is never dropped."""
+    for option, field in (("--id", "id"), ("--name", "name")):
+        code, _, err = run(capsys, "append", "c", "user", "hello", option, "", "--url", url)
+        assert code == 2, err
+        assert f"{field}: {field} must not be empty" in one_error_line(err)
+    code, _, err = run(capsys, "append", "c", "tool", "result", "--tool-call-id", "",
+                       "--url", url)
+    assert code == 2 and "tool_call_id" in one_error_line(err)
+    code, _, err = run(capsys, "append", "c", "user", "hello", "--tool-call-id", "",
+                       "--url", url)
+    assert code == 2 and "--tool-call-id is only for tool messages" in one_error_line(err)
+    code, _, err = run(capsys, "messages", "c", "--url", url)
+    assert code == 1 and "no database" in err  # nothing was written
+    # an id given twice is still the idempotency key it was
+    assert run(capsys, "append", "c", "user", "hello", "--id", "k1", "--url", url)[0] == 0
+    assert run(capsys, "append", "c", "user", "hello", "--id", "k1", "--url", url)[0] == 0
+    with MemoryStore(url) as store:
+        assert [m.id for m in store.messages("c")] == ["k1"]
+
+
+def _deep(depth: int = 100_000) -> str:
+    return "[" * depth + "]" * depth
+
+
+def test_import_of_json_nested_too_deeply_names_the_line(url: str, capsys: Any,
+                                                         tmp_path: Path) -> None:
+    with MemoryStore(url) as store:
+        store.extend("a", [Message.user("one")])
+    dump = tmp_path / "a.jsonl"
+    assert run(capsys, "export", "a", "-o", str(dump), "--url", url)[0] == 0
+    header = dump.read_text().splitlines()[0]
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text(header + "\n" + '{"role":"user","metadata":{"a":' + _deep() + "}}\n")
+    code, _, err = run(capsys, "import", str(deep), "--as", "copy", "--url", url)
+    assert code == 1 and f"{deep}:2: JSON nested too deeply" in one_error_line(err), err
+    deep.write_text(_deep() + "\n")
+    code, _, err = run(capsys, "import", str(deep), "--url", url)
+    assert code == 1 and f"{deep}:1: JSON nested too deeply" in one_error_line(err), err
+
+    openai = tmp_path / "openai.jsonl"
+    openai.write_text('{"role": "user", "content": "ok"}\n{"role": "user", "content": '
+                      + _deep() + "}\n")
+    code, _, err = run(capsys, "import", str(openai), "--format", "openai", "--into", "copy",
+                       "--url", url)
+    assert code == 1 and f"{openai}:2: JSON nested too deeply" in one_error_line(err), err
+    openai.write_text('[{"role": "user", "content": "ok"}, ' + _deep() + "]")
+    code, _, err = run(capsys, "import", str(openai), "--format", "openai", "--into", "copy",
+                       "--url", url)
+    assert code == 1 and f"{openai}: JSON nested too deeply" in one_error_line(err), err
+    with MemoryStore(url) as store:
+        assert [c.id for c in store.list_conversations()] == ["a"]  # nothing was written
+
+
+def test_import_hints_at_replace_only_when_it_would_help(url: str, capsys: Any,
+                                                         tmp_path: Path,
+                                                         monkeypatch: Any) -> None:
+    from memstore import ConflictError, transfer
+
+    # a message id repeated within the file: a bad line, not a conflict with stored rows
+    dup = tmp_path / "dup.jsonl"
+    message = {"role": "user", "content": "hi", "id": "a", "seq": 1,
+               "created_at": "2026-01-05T10:00:00Z", "token_count": 4,
+               "token_counter": "approx/4"}
+    dup.write_text("\n".join(json.dumps(x) for x in [
+        {"memstore_export": 1, "type": "conversation", "id": "dup",
+         "created_at": "2026-01-05T10:00:00Z", "updated_at": "2026-01-05T10:02:11Z",
+         "metadata": {}, "message_count": 2},
+        message, {**message, "seq": 2}]) + "\n")
+    code, _, err = run(capsys, "import", str(dup), "--url", url)
+    line = one_error_line(err)
+    assert code == 1 and f"{dup}:3: " in line and "'a'" in line, err
+    assert "--replace" not in line
+    code, _, err = run(capsys, "conversations", "--url", url)
+    assert "dup" not in err
+
+    # a conflict that --replace would not resolve gets no hint
+    def conflict(*args: Any, **kwargs: Any) -> Any:
+        raise ConflictError("some other conflict")
+
+    monkeypatch.setattr(transfer, "import_jsonl", conflict)
+    code, _, err = run(capsys, "import", str(dup), "--url", url)
+    assert code == 1 and one_error_line(err) == "memstore: error: some other conflict"
+    # and none when --replace was passed already
+    stored = ConflictError("message id 'a' is already stored with different content")
+    setattr(stored, transfer._STORED_CONFLICT, True)  # as import_jsonl marks it
+    assert transfer.conflicts_with_stored(stored)
+
+    def stored_conflict(*args: Any, **kwargs: Any) -> Any:
+        raise stored
+
+    monkeypatch.setattr(transfer, "import_jsonl", stored_conflict)
+    code, _, err = run(capsys, "import", str(dup), "--url", url)
+    assert code == 1 and "(pass --replace" in one_error_line(err)
+    code, _, err = run(capsys, "import", str(dup), "--replace", "--url", url)
+    assert code == 1 and "--replace" not in one_error_line(err)
+
+
+def test_state_load_refuses_any_existing_conversation(db_url: str, capsys: Any,
+                                                      tmp_path: Path) -> None:
+    """Without --replace or --append, a load never overwrites a conversation that exists,
+    even one with no messages: its metadata, creation time and summaries are kept."""
+    with MemoryStore(db_url) as store:
+        store.append("src", Message.user("hello"))
+        store.create_conversation("empty", metadata={"owner": "ann", "important": True})
+        store.extend("summarized", [Message.user(f"u{i} " + "word " * 50) for i in range(6)])
+        store.summarize("summarized", lambda ms: "SUMMARY", keep_tokens=10)
+        store.truncate("summarized", before_seq=100)
+        before = {cid: (store.get_conversation(cid), store.summaries(cid))
+                  for cid in ("empty", "summarized")}
+    snapshot = tmp_path / "state.json"
+    assert run(capsys, "state", "save", "src", "-o", str(snapshot), "--url", db_url)[0] == 0
+    code, _, err = run(capsys, "state", "load", str(snapshot), "--as", "empty",
+                       "--url", db_url)
+    line = one_error_line(err)
+    assert code == 1 and "'empty' exists (0 messages, metadata" in line, err
+    assert "--replace" in line and "--append" in line
+    code, _, err = run(capsys, "state", "load", str(snapshot), "--as", "summarized",
+                       "--url", db_url)
+    assert code == 1 and "'summarized' exists (0 messages, 1 summary)" in one_error_line(err)
+    with MemoryStore(db_url) as store:
+        assert {cid: (store.get_conversation(cid), store.summaries(cid))
+                for cid in ("empty", "summarized")} == before  # untouched
+    # the same messages with other metadata are other content too
+    with MemoryStore(db_url) as store:
+        store.load_state(store.save_state("src"), "same-messages")
+    state = json.loads(snapshot.read_text())
+    state["conversation"]["metadata"] = {"changed": 1}
+    changed = tmp_path / "changed.json"
+    changed.write_text(json.dumps(state))
+    code, _, err = run(capsys, "state", "load", str(changed), "--as", "same-messages",
+                       "--url", db_url)
+    assert code == 1 and "exists (1 message)" in one_error_line(err)
+    # a conversation that does not exist is created exactly as the snapshot
+    code, out, _ = run(capsys, "state", "load", str(snapshot), "--as", "new", "--url", db_url)
+    assert code == 0 and "loaded 1 messages into 'new'" in out
+    code, out, _ = run(capsys, "state", "load", str(snapshot), "--as", "new", "--url", db_url)
+    assert code == 0 and "nothing to do" in out
+    assert run(capsys, "state", "load", str(snapshot), "--as", "empty", "--replace",
+               "--url", db_url)[0] == 0
+    with MemoryStore(db_url) as store:
+        saved = store.save_state("src")
+        for cid in ("new", "empty"):
+            loaded = store.save_state(cid)
+            assert loaded.conversation.metadata == saved.conversation.metadata
+            assert loaded.conversation.created_at == saved.conversation.created_at
+            assert [m.text for m in loaded.messages] == ["hello"]
+
+
+def test_db_commands_refuse_an_unknown_revision(tmp_path: Path, capsys: Any) -> None:
+    url = f"sqlite:///{tmp_path / 'fresh.db'}"
+    for argv in (["db", "upgrade", "zzz"], ["db", "downgrade", "zzz"],
+                 ["db", "upgrade", "zzz", "--sql"]):
+        code, _, err = run(capsys, *argv, "--url", url)
+        line = one_error_line(err)
+        assert code == 2, (argv, err)
+        assert "revision 'zzz'" in line and "0001_initial" in line and "CommandError" not in line
+    assert not (tmp_path / "fresh.db").exists()  # refused before a database was created
+    assert run(capsys, "db", "upgrade", "--url", url)[0] == 0
+    code, _, err = run(capsys, "db", "downgrade", "+1", "--url", url)
+    assert code == 2 and "revision '+1'" in one_error_line(err)
+    from memstore import migrate
+
+    assert migrate.current(url) == migrate.heads()  # the refused downgrade changed nothing

@@ -155,7 +155,8 @@ def test_rename_and_bare_message_lines(sync_store: MemoryStore) -> None:
 
 
 @pytest.mark.parametrize("damage", ["bad_json", "bad_role", "wrong_owner", "seq_gap",
-                                    "truncated", "not_object", "version", "extra_header"])
+                                    "truncated", "not_object", "version", "extra_header",
+                                    "too_deep", "too_deep_metadata"])
 def test_a_bad_line_leaves_its_conversation_untouched(sync_store: MemoryStore,
                                                       damage: str) -> None:
     _seed(sync_store, "a", 2)
@@ -177,6 +178,12 @@ def test_a_bad_line_leaves_its_conversation_untouched(sync_store: MemoryStore,
         bad = c_header
     elif damage == "not_object":
         lines[bad] = "[1, 2]"
+    elif damage == "too_deep":  # deeper than Python's JSON parser can follow
+        lines[bad] = "[" * 100_000 + "]" * 100_000
+    elif damage == "too_deep_metadata":
+        lines[bad] = lines[bad].replace('"metadata":{}',
+                                        '"metadata":{"a":' + "[" * 100_000 + "]" * 100_000 + "}")
+        assert "[[[" in lines[bad]
     elif damage == "version":
         lines[c_header] = lines[c_header].replace('"memstore_export":1', '"memstore_export":9')
         bad = c_header
@@ -193,6 +200,21 @@ def test_a_bad_line_leaves_its_conversation_untouched(sync_store: MemoryStore,
     with pytest.raises(ConversationNotFoundError):
         sync_store.get_conversation("c")  # nothing of it was written
     assert sync_store.save_state("a").messages == before["a"].messages
+
+
+def test_a_conflict_with_stored_rows_is_marked_as_one(sync_store: MemoryStore) -> None:
+    """``transfer.conflicts_with_stored`` tells the CLI when replace=True would help."""
+    sync_store.extend("c", [Message.user("one", id="m1")])
+    text = _export(sync_store)
+    sync_store.delete_conversation("c")
+    sync_store.extend("c", [Message.user("uno", id="m1")])
+    with pytest.raises(ConflictError) as info:
+        import_jsonl(sync_store, io.StringIO(text))
+    assert transfer.conflicts_with_stored(info.value)
+    assert [m.text for m in sync_store.messages("c")] == ["uno"]
+    assert import_jsonl(sync_store, io.StringIO(text), replace=True).conversations[0].replaced
+    assert not transfer.conflicts_with_stored(ConflictError("another conflict"))
+    assert not transfer.conflicts_with_stored(ValueError("not a conflict"))
 
 
 def test_counts_in_a_file_are_recomputed(sync_store: MemoryStore) -> None:

@@ -306,7 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="target conversation (default: the snapshot's id)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--replace", action="store_true",
-                      help="overwrite the conversation if it holds other content")
+                      help="overwrite the conversation if it exists (its messages, "
+                      "summaries, metadata and creation time)")
     mode.add_argument("--append", action="store_true",
                       help="append the snapshot's messages after the stored ones")
     return parser

@@ -11,6 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from pydantic import ValidationError
 from rich.text import Text
 from sqlalchemy.engine import make_url
@@ -184,13 +186,38 @@ def _conversation_dict(c: Conversation) -> dict[str, Any]:
 # ---- db ---------------------------------------------------------------------------------
 
 
+@contextmanager
+def _revision_argument(revision: str) -> Iterator[None]:
+    """Alembic's refusal of a revision argument as a usage error (exit status 2)."""
+    try:
+        yield
+    except CommandError as exc:
+        known = ", ".join(sorted(migrate.known_revisions()))
+        raise UsageError(f"revision {revision!r}: {' '.join(str(exc).split())} (memstore's "
+                         f"revisions: {known}; also head and base)") from None
+
+
+def _check_revision(revision: str) -> None:
+    """Refuse a plain revision id memstore does not have, before a database is touched.
+
+    Relative forms (``-1``, ``head-1``, ``+2``...) are left to Alembic, which resolves
+    them against the database.
+    """
+    if revision in ("head", "heads", "base") or not revision.replace("_", "").isalnum():
+        return
+    with _revision_argument(revision):
+        ScriptDirectory(migrate.script_location()).get_revisions(revision)
+
+
 def db_upgrade(args: argparse.Namespace) -> int:
     """``memstore db upgrade``."""
     url = url_of(args)
-    if args.sql:
-        migrate.upgrade(url, args.revision, sql=True, output=sys.stdout)
-        return 0
-    migrate.upgrade(url, args.revision)
+    _check_revision(args.revision)
+    with _revision_argument(args.revision):
+        if args.sql:
+            migrate.upgrade(url, args.revision, sql=True, output=sys.stdout)
+            return 0
+        migrate.upgrade(url, args.revision)
     print(f"memstore schema at {', '.join(migrate.current(url))}")
     return 0
 
@@ -198,11 +225,13 @@ def db_upgrade(args: argparse.Namespace) -> int:
 def db_downgrade(args: argparse.Namespace) -> int:
     """``memstore db downgrade``."""
     url = url_of(args)
-    if args.sql:
-        migrate.downgrade(url, args.revision, sql=True, output=sys.stdout)
-        return 0
-    require_database(url)
-    migrate.downgrade(url, args.revision)
+    _check_revision(args.revision)
+    with _revision_argument(args.revision):
+        if args.sql:
+            migrate.downgrade(url, args.revision, sql=True, output=sys.stdout)
+            return 0
+        require_database(url)
+        migrate.downgrade(url, args.revision)
     at = migrate.current(url)
     print(f"memstore schema at {', '.join(at) if at else 'base (no memstore tables)'}")
     return 0
@@ -313,20 +342,24 @@ def stats(args: argparse.Namespace) -> int:
 
 def append(args: argparse.Namespace) -> int:
     """``memstore append CONV ROLE CONTENT``."""
-    if args.role == "tool" and not args.tool_call_id:
+    if args.role == "tool" and args.tool_call_id is None:
         raise UsageError("--tool-call-id is required for a tool message")
-    if args.tool_call_id and args.role != "tool":
+    if args.tool_call_id is not None and args.role != "tool":
         raise UsageError("--tool-call-id is only for tool messages")
     content = sys.stdin.read() if args.content == "-" else args.content
     fields: dict[str, Any] = {"role": args.role, "content": content}
     for key in ("tool_call_id", "name", "id"):
-        if getattr(args, key):
+        if getattr(args, key) is not None:  # "" is the model's to refuse, not to drop
             fields[key] = getattr(args, key)
     message = Message.from_openai(fields, score=args.score, pinned=args.pin)
     with open_store(args, write=True, create=True) as store:
         stored = store.append(args.conversation_id, message)
     print(f"stored seq {stored.seq} ({stored.token_count} tokens, {stored.token_counter})")
     return 0
+
+
+#: The error of JSON nested deeper than Python's parser can follow.
+_TOO_DEEP = "JSON nested too deeply to read"
 
 
 def _openai_items(text: str, name: str) -> list[tuple[str, Any]]:
@@ -336,6 +369,8 @@ def _openai_items(text: str, name: str) -> list[tuple[str, Any]]:
             items = json.loads(text)
         except json.JSONDecodeError as exc:
             raise FileFormatError(f"{name}:{exc.lineno}: not JSON: {exc.msg}") from None
+        except RecursionError:
+            raise FileFormatError(f"{name}: {_TOO_DEEP}") from None
         return [(f"{name}: item {i}", item) for i, item in enumerate(items, 1)]
     pairs = []
     for lineno, line in enumerate(text.splitlines(), 1):
@@ -345,6 +380,8 @@ def _openai_items(text: str, name: str) -> list[tuple[str, Any]]:
             pairs.append((f"{name}:{lineno}", json.loads(line)))
         except json.JSONDecodeError as exc:
             raise FileFormatError(f"{name}:{lineno}: not JSON: {exc.msg}") from None
+        except RecursionError:
+            raise FileFormatError(f"{name}:{lineno}: {_TOO_DEEP}") from None
     return pairs
 
 
@@ -387,6 +424,8 @@ def import_(args: argparse.Namespace) -> int:
                 result = transfer.import_jsonl(store, fp, replace=args.replace,
                                                rename=args.target, progress=progress)
             except ConflictError as exc:
+                if args.replace or not transfer.conflicts_with_stored(exc):
+                    raise  # --replace would not help
                 raise ConflictError(f"{exc} (pass --replace to overwrite the stored "
                                     "conversation with the file's)") from exc
             except (InvalidInputError, ValidationError) as exc:
@@ -585,15 +624,39 @@ def state_save(args: argparse.Namespace) -> int:
     return 0
 
 
-def _same_messages(a: ConversationState, b: ConversationState) -> bool:
-    def key(s: ConversationState) -> list[dict[str, Any]]:
-        return [m.model_dump(exclude={"conversation_id"}) for m in s.messages]
+def _same_snapshot(stored: ConversationState, state: ConversationState) -> bool:
+    """Whether loading ``state`` would change nothing that ``stored`` holds.
 
-    return key(a) == key(b)
+    Messages, summaries and metadata are compared; timestamps of the conversation row
+    are not (a conversation that holds exactly the snapshot is left alone).
+    """
+    def key(s: ConversationState) -> tuple[Any, ...]:
+        return ([m.model_dump(exclude={"conversation_id"}) for m in s.messages],
+                [x.model_dump(exclude={"conversation_id"}) for x in s.summaries],
+                s.conversation.metadata)
+
+    return key(stored) == key(state)
+
+
+def _holds(conv: Conversation, summaries: int) -> str:
+    """What a stored conversation holds, in a few words (for the refusal of a load)."""
+    n = conv.message_count
+    parts = [f"{n} message{'' if n == 1 else 's'}"]
+    if summaries:
+        parts.append(f"{summaries} summar{'y' if summaries == 1 else 'ies'}")
+    if conv.metadata:
+        parts.append("metadata " + out.preview(json.dumps(conv.metadata, ensure_ascii=False),
+                                               40))
+    return ", ".join(parts)
 
 
 def state_load(args: argparse.Namespace) -> int:
-    """``memstore state load FILE``: refuses to overwrite other content without --replace."""
+    """``memstore state load FILE``: refuses to overwrite a stored conversation unless told.
+
+    Without ``--replace`` or ``--append`` the target must not exist (or already hold
+    exactly the snapshot): a conversation that exists, even with no messages, has
+    metadata, a creation time and perhaps summaries that a load would overwrite.
+    """
     name = "<stdin>" if args.file == "-" else args.file
     try:
         state = ConversationState.model_validate_json(read_text(args.file))
@@ -602,17 +665,27 @@ def state_load(args: argparse.Namespace) -> int:
                               f"{validation_summary(exc)}") from None
     target = args.conversation_id or state.conversation.id
     with open_store(args, write=True, create=True) as store:
+        replace = bool(args.replace)
         if not args.replace and not args.append:
             try:
-                existing = store.save_state(target)
+                conv = store.get_conversation(target)
             except ConversationNotFoundError:
-                existing = None
-            if existing is not None and existing.messages:
-                if _same_messages(existing, state):
+                conv = None
+            if conv is not None:
+                stored = store.save_state(target) \
+                    if conv.message_count == len(state.messages) else None
+                if stored is not None and _same_snapshot(stored, state):
                     print(f"{target!r} already holds this snapshot: nothing to do")
                     return 0
-                raise ConflictError(f"conversation {target!r} exists with other content: "
-                                    "pass --replace to overwrite it, or --append")
-        conv = store.load_state(state, target, replace=not args.append)
+                summaries = len(stored.summaries) if stored is not None \
+                    else len(store.summaries(target))
+                raise ConflictError(
+                    f"conversation {target!r} exists ({_holds(conv, summaries)}): pass "
+                    "--replace to overwrite it with the snapshot, or --append to add the "
+                    "snapshot's messages after the stored ones")
+            # A new conversation: appending into it writes exactly the snapshot, and a
+            # conversation created by someone else since the check above is then
+            # appended to (or refused on a repeated message id), never overwritten.
+        conv = store.load_state(state, target, replace=replace)
     print(f"loaded {len(state.messages)} messages into {conv.id!r}")
     return 0

@@ -1,0 +1,107 @@
+"""Provider formats refuse malformed input with memstore's errors, on SQLite and PostgreSQL.
+
+(The renderings themselves are tested in ``tests/integrations/test_formats.py``.)
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any
+
+import pytest
+
+from memstore import InvalidInputError, MemoryStore, Message, ToolCall, UnboundedView
+from memstore.formats import from_anthropic, to_anthropic
+
+
+def _deep_list(depth: int) -> Any:
+    return functools.reduce(lambda inner, _: [inner], range(depth), [])
+
+
+def _deep_arguments(depth: int = 100_000) -> str:
+    return '{"a":' + "[" * depth + "]" * depth + "}"
+
+
+def _assistant(*blocks: dict[str, Any]) -> dict[str, Any]:
+    return {"role": "assistant", "content": list(blocks)}
+
+
+def _user(*blocks: dict[str, Any]) -> dict[str, Any]:
+    return {"role": "user", "content": list(blocks)}
+
+
+@pytest.mark.parametrize(("turn", "names"), [
+    (_assistant({"type": "text", "text": "ok"}, {"type": "text"}),
+     "content block 1 (text) has no 'text'"),
+    (_assistant({"type": "tool_use", "name": "f", "input": {}}),
+     "content block 0 (tool_use) has no 'id'"),
+    (_assistant({"type": "tool_use", "id": "t1", "input": {}}),
+     "content block 0 (tool_use) has no 'name'"),
+    (_user({"type": "text"}), "content block 0 (text) has no 'text'"),
+    (_user({"type": "text", "text": "hi"}, {"type": "tool_result", "content": "x"}),
+     "content block 1 (tool_result) has no 'tool_use_id'"),
+    (_user({"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text"}]}),
+     "content block 0 (tool_result): content block 0 (text) has no 'text'"),
+    (_user({"type": "tool_result", "tool_use_id": "t1", "content": 5}),
+     "content block 0 (tool_result): content must be a string or a list"),
+    (_user({"type": "image"}), "content block 0 (image): an image block needs a source"),
+])
+def test_from_anthropic_names_the_block_missing_a_field(turn: dict[str, Any],
+                                                        names: str) -> None:
+    with pytest.raises(InvalidInputError) as info:
+        Message.from_anthropic(turn)
+    assert names in str(info.value)
+    assert str(info.value).startswith(f"Anthropic {turn['role']} message: ")
+
+
+@pytest.mark.parametrize(("tool_input", "problem"), [
+    ({"x": float("nan")}, "not JSON"),
+    ({"x": float("inf")}, "not JSON"),
+    ({"x": {1, 2}}, "not JSON"),
+    ({"x": b"bytes"}, "not JSON"),
+    ({("a", "b"): 1}, "not JSON"),
+    ([1, 2], "must be a JSON object, not list"),
+    ("text", "must be a JSON object, not str"),
+    (None, "must be a JSON object, not NoneType"),
+    ({"a": _deep_list(100_000)}, "nested too deeply"),
+])
+def test_from_anthropic_refuses_tool_input_that_is_not_a_json_object(
+        tool_input: Any, problem: str) -> None:
+    turn = _assistant({"type": "tool_use", "id": "t1", "name": "f", "input": tool_input})
+    with pytest.raises(InvalidInputError) as info:
+        from_anthropic(turn)
+    assert "content block 0 (tool_use): input" in str(info.value)
+    assert problem in str(info.value)
+
+
+def test_from_anthropic_tool_input_is_json_text() -> None:
+    turn = _assistant({"type": "tool_use", "id": "t1", "name": "f",
+                       "input": {"q": "x", "n": [1, 2.5, None]}},
+                      {"type": "tool_use", "id": "t2", "name": "g"})
+    [message] = Message.from_anthropic(turn)
+    assert message.tool_calls is not None
+    assert [json.loads(c.arguments) for c in message.tool_calls] == [
+        {"q": "x", "n": [1, 2.5, None]}, {}]
+    assert to_anthropic([message])["messages"][0]["content"][0]["input"] == \
+        {"q": "x", "n": [1, 2.5, None]}
+
+
+def test_to_anthropic_refuses_arguments_nested_too_deeply_to_parse(db_url: str) -> None:
+    deep = _deep_arguments()
+    with MemoryStore(db_url) as store:
+        store.extend("c", [Message.user("q"),
+                           Message.assistant(None, tool_calls=[
+                               ToolCall(id="c1", name="f", arguments=deep)]),
+                           Message.tool("r", tool_call_id="c1")])
+        window = store.window("c", UnboundedView())
+        assert window.to_openai()[1]["tool_calls"][0]["function"]["arguments"] == deep
+        assert window.to_responses()[1]["arguments"] == deep
+        with pytest.raises(InvalidInputError) as info:
+            window.to_anthropic()
+    assert "message seq 2: the arguments of tool call 'c1' are nested too deeply" in \
+        str(info.value)
+    # the same rule as for arguments that are not a JSON object at all
+    with pytest.raises(InvalidInputError, match="not a JSON object"):
+        to_anthropic([Message.assistant(None, tool_calls=[
+            ToolCall(id="c1", name="f", arguments="[1]")])])
