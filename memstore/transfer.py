@@ -437,6 +437,10 @@ def import_jsonl(
             conversation is untouched, the ones before it are imported and listed in
             ``.imported``).
         ConflictError: a message id is stored with other content.
+
+        Any :class:`~memstore.errors.MemstoreError` raised (a conflict, a database
+        error) carries ``.imported`` too: the conversations before the one that
+        failed, which are stored.
     """
     _check_store(store, "import_jsonl")
     target = _base.check_conversation_id(rename) if rename is not None else None
@@ -461,8 +465,9 @@ def import_jsonl(
                 )
             done.append(_import_one(store, lines, line_no, header, expected, target,
                                     replace, progress))
-    except ImportFormatError as exc:
-        exc.imported = list(done)
+    except MemstoreError as exc:
+        # Whatever stopped the import, the conversations before it are committed.
+        exc.imported = list(done)  # type: ignore[attr-defined]
         raise
     return ImportResult(conversations=done)
 

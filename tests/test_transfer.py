@@ -217,6 +217,20 @@ def test_a_conflict_with_stored_rows_is_marked_as_one(sync_store: MemoryStore) -
     assert not transfer.conflicts_with_stored(ValueError("not a conflict"))
 
 
+def test_a_conflict_lists_the_conversations_imported_before_it(sync_store: MemoryStore) -> None:
+    sync_store.extend("a", [Message.user("first")])
+    sync_store.extend("c", [Message.user("one", id="m1")])
+    text = _export(sync_store)
+    for cid in ("a", "c"):
+        sync_store.delete_conversation(cid)
+    sync_store.extend("c", [Message.user("uno", id="m1")])
+    with pytest.raises(ConflictError) as info:
+        import_jsonl(sync_store, io.StringIO(text))
+    imported = info.value.imported  # type: ignore[attr-defined]
+    assert [c.id for c in imported] == ["a"]  # committed before "c" conflicted
+    assert [m.text for m in sync_store.messages("a")] == ["first"]
+
+
 def test_counts_in_a_file_are_recomputed(sync_store: MemoryStore) -> None:
     sync_store.append("c", Message.user("word " * 5000))
     sync_store.append("c", Message.user("short"))

@@ -424,6 +424,8 @@ def import_(args: argparse.Namespace) -> int:
                 result = transfer.import_jsonl(store, fp, replace=args.replace,
                                                rename=args.target, progress=progress)
             except ConflictError as exc:
+                for done in getattr(exc, "imported", None) or ():
+                    _print_imported(done)  # conversations earlier in the file are stored
                 if args.replace or not transfer.conflicts_with_stored(exc):
                     raise  # --replace would not help
                 raise ConflictError(f"{exc} (pass --replace to overwrite the stored "
