@@ -21,13 +21,23 @@ Mapping (lossless both ways; :func:`to_memstore` / :func:`from_memstore`):
   (``tool_call_id``; ``status="error"`` also sets the ``is_error`` hint in
   ``metadata["memstore"]``, which ``to_anthropic()`` renders). Chunk classes and
   ``ChatMessage`` with a memstore role are kept as their own type.
-* ``name`` ↔ ``name``; content strings as is; content lists of text and
-  ``image_url`` blocks as memstore text and image parts.
+* ``name`` ↔ ``name``; content strings as is; content lists: text blocks as
+  memstore text parts and, in a user message, every image block with a URL or
+  base64 data as an image part in its place, with its ``detail``, so token
+  budgets and memstore's renderers see it: OpenAI ``image_url`` as it is;
+  Anthropic ``image`` with a ``base64`` or ``url`` source, LangChain's v1
+  ``image`` with ``url`` or ``base64``, and legacy ``image`` with ``source_type``
+  ``url`` or ``base64`` as an ``http(s)://`` URL or a ``data:<mime>;base64,``
+  URL. An image block memstore cannot hold (a ``file_id`` only, base64 data of
+  unknown mime type, a URL of another scheme, any image outside a user message)
+  is kept in the stash only and is not counted in budgets.
 * Everything memstore has no field for (the message ``id``, ``additional_kwargs``,
   ``response_metadata``, ``usage_metadata``, ``artifact``, other content blocks…)
-  is kept under ``metadata["langchain"]`` and comes back equal. A LangChain message
-  id is not used as memstore's idempotency key: LangChain ids need not be unique
-  in a history.
+  is kept under ``metadata["langchain"]`` and comes back equal; a content list
+  that is not exactly memstore's text and ``image_url`` parts is kept there whole
+  (so an image block in another form is stored twice: as it was, and as the image
+  part). A LangChain message id is not used as memstore's idempotency key:
+  LangChain ids need not be unique in a history.
 
 ``FunctionMessage`` (legacy OpenAI functions, no call id) and ``RemoveMessage``
 are rejected with :class:`~memstore.InvalidInputError`.
@@ -42,9 +52,12 @@ driven from synchronous code safely.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import copy
 import json
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -93,6 +106,7 @@ _ROLE_OF = {
 _TYPE_OF = {"user": "human", "assistant": "ai", "system": "system", "developer": "system",
             "tool": "tool"}
 _CORE = ("content", "type", "name", "id", "tool_calls", "tool_call_id")
+_DETAILS = ("auto", "low", "high")
 
 
 # ---- LangChain -> memstore -------------------------------------------------------------------
@@ -116,8 +130,70 @@ def _canonical(content: str | list[TextPart | ImagePart] | None) -> str | list[A
     return out
 
 
+#: ``image/<subtype>``: the mime types an image block's data becomes a ``data:`` URL with.
+_IMAGE_MIME = re.compile(r"image/[\w.+-]+", re.ASCII | re.IGNORECASE)
+#: A ``data:`` URL of base64 image data (what a LangChain ``url`` may also hold).
+_IMAGE_DATA_URL = re.compile(r"data:image/[\w.+-]+(?:;[^,;]*)*;base64,.",
+                             re.ASCII | re.IGNORECASE | re.S)
+#: Leading bytes of the image formats whose mime type a block may leave out.
+_MAGIC = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"),
+          (b"GIF87a", "image/gif"), (b"GIF89a", "image/gif"))
+
+
+def _sniff(data: str) -> str | None:
+    """The mime type of base64 image ``data`` by its first bytes (PNG, JPEG, GIF, WebP)."""
+    try:
+        head = base64.b64decode(data[:16], validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "image/webp"
+    return next((mime for magic, mime in _MAGIC if head.startswith(magic)), None)
+
+
+def _data_url(mime: Any, data: Any) -> str | None:
+    """``data:<mime>;base64,<data>``, or ``None`` without data or an image mime type.
+
+    A missing mime type is read from the data's first bytes; one that is not
+    ``image/<subtype>`` means the block is not stored as an image part.
+    """
+    if not isinstance(data, str) or not data:
+        return None
+    if mime is None:
+        mime = _sniff(data)
+    if not (isinstance(mime, str) and _IMAGE_MIME.fullmatch(mime)):
+        return None
+    return f"data:{mime};base64,{data}"
+
+
+def _web_url(url: Any) -> str | None:
+    """``url`` if it is an ``http(s)://`` URL or a base64 image ``data:`` URL, else ``None``."""
+    if not isinstance(url, str):
+        return None
+    if url[:8].lower().startswith(("https://", "http://")) or _IMAGE_DATA_URL.match(url):
+        return url
+    return None
+
+
+def _detail(block: dict[str, Any]) -> Any:
+    """An image block's OpenAI ``detail``: its own key, or under ``extras`` (v1 blocks)."""
+    if "detail" in block:
+        return block["detail"]
+    extras = block.get("extras")
+    return extras.get("detail") if isinstance(extras, dict) else None
+
+
 def _image_url(block: dict[str, Any]) -> ImagePart | None:
-    """An image part for the image blocks LangChain knows (OpenAI, v1 standard, legacy)."""
+    """The memstore image part standing for a LangChain image block, else ``None``.
+
+    Blocks with a URL or base64 data: OpenAI ``image_url``; Anthropic ``image`` with a
+    ``source`` (``base64`` or ``url``); LangChain v1 ``image`` (``url``, or ``base64``
+    with ``mime_type``); legacy v0 ``image`` with ``source_type`` ``url`` or
+    ``base64``. A v1 block with both a ``url`` and ``base64`` stands for its URL, as
+    LangChain sends it. ``None`` (the block is kept in the stash only) for a file id,
+    base64 data whose image mime type is neither given nor readable from its first
+    bytes, or a URL that is neither ``http(s)://`` nor a ``data:`` image.
+    """
     kind = block.get("type")
     if kind == "image_url":
         value = block.get("image_url")
@@ -125,18 +201,30 @@ def _image_url(block: dict[str, Any]) -> ImagePart | None:
         detail = value.get("detail") if isinstance(value, dict) else None
         if isinstance(url, str):
             return ImagePart(image_url=ImageURL(
-                url=url, detail=detail if detail in ("auto", "low", "high") else None))
+                url=url, detail=detail if detail in _DETAILS else None))
         return None
-    if kind == "image":
-        data = block.get("base64") or (block.get("data") if block.get("source_type") == "base64"
-                                       else None)
-        if isinstance(data, str):
-            mime = block.get("mime_type") or "image/png"
-            return ImagePart(image_url=ImageURL(url=f"data:{mime};base64,{data}"))
-        url = block.get("url")
-        if isinstance(url, str):
-            return ImagePart(image_url=ImageURL(url=url))
-    return None
+    if kind != "image":
+        return None
+    source, legacy = block.get("source"), block.get("source_type")
+    image: str | None = None
+    if isinstance(source, dict):  # Anthropic
+        if source.get("type") == "base64":
+            image = _data_url(source.get("media_type"), source.get("data"))
+        elif source.get("type") == "url":
+            image = _web_url(source.get("url"))
+    elif legacy is not None:  # LangChain v0
+        if legacy == "base64":
+            image = _data_url(block.get("mime_type"), block.get("data"))
+        elif legacy == "url":
+            image = _web_url(block.get("url"))
+    elif "url" in block:  # LangChain v1
+        image = _web_url(block["url"])
+    elif "base64" in block:
+        image = _data_url(block.get("mime_type"), block["base64"])
+    if image is None:
+        return None
+    detail = _detail(block)
+    return ImagePart(image_url=ImageURL(url=image, detail=detail if detail in _DETAILS else None))
 
 
 def _content(content: Any, role: str) -> str | list[TextPart | ImagePart]:
@@ -248,7 +336,8 @@ def to_memstore(message: BaseMessage) -> Message:
         InvalidInputError: not a message memstore can store (``FunctionMessage``,
             ``RemoveMessage``, a ``ChatMessage`` with a role memstore does not have).
         pydantic.ValidationError: a value memstore cannot store (a NUL character,
-            a non-JSON ``artifact``…).
+            a non-JSON ``artifact``, a message over memstore's size limit, where
+            an image block that is also kept in the stash counts twice…).
     """
     if not isinstance(message, BaseMessage):
         raise InvalidInputError(f"expected a LangChain BaseMessage, not {type(message).__name__}")

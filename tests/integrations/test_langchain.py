@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import gc
 import itertools
 from typing import Any
@@ -9,11 +10,16 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from memstore import (
     ConfigurationError,
+    ImagePart,
+    ImageURL,
     InvalidInputError,
     Message,
+    TextPart,
+    TiktokenCounter,
     TokenLimitedView,
     ToolCall,
     UnboundedView,
@@ -307,6 +313,145 @@ async def test_changing_returned_messages_does_not_change_the_history(store: Any
     assert await history.aget_messages() == written
 
 
+# ---- images -----------------------------------------------------------------------------------
+
+
+def png(width: int, height: int) -> str:
+    """Base64 of a PNG header (enough for memstore's counter to read the size)."""
+    header = (b"\x89PNG\r\n\x1a\n" + (13).to_bytes(4, "big") + b"IHDR"
+              + width.to_bytes(4, "big") + height.to_bytes(4, "big") + b"\x08\x06\x00\x00\x00")
+    return base64.b64encode(header).decode()
+
+
+_PNG = png(1024, 1024)
+_WEB = "https://example.com/cat.png"
+#: (name, LangChain image block, the memstore image part it stands for)
+_IMAGE_BLOCKS: list[tuple[str, dict[str, Any], ImageURL]] = [
+    ("openai", {"type": "image_url", "image_url": {"url": _WEB, "detail": "low"}},
+     ImageURL(url=_WEB, detail="low")),
+    ("anthropic base64",
+     {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": _PNG}},
+     ImageURL(url=f"data:image/png;base64,{_PNG}")),
+    ("anthropic url", {"type": "image", "source": {"type": "url", "url": _WEB},
+                       "cache_control": {"type": "ephemeral"}},
+     ImageURL(url=_WEB)),
+    ("v1 url", {"type": "image", "url": _WEB, "id": "lc_1"}, ImageURL(url=_WEB)),
+    ("v1 url, detail", {"type": "image", "url": _WEB, "detail": "low"},
+     ImageURL(url=_WEB, detail="low")),
+    ("v1 base64", {"type": "image", "base64": _PNG, "mime_type": "image/png",
+                   "extras": {"detail": "high"}},
+     ImageURL(url=f"data:image/png;base64,{_PNG}", detail="high")),
+    ("v1 base64, mime type read from the data", {"type": "image", "base64": _PNG},
+     ImageURL(url=f"data:image/png;base64,{_PNG}")),
+    ("v1 data url", {"type": "image", "url": f"data:image/png;base64,{_PNG}"},
+     ImageURL(url=f"data:image/png;base64,{_PNG}")),
+    ("legacy url", {"type": "image", "source_type": "url", "url": _WEB}, ImageURL(url=_WEB)),
+    ("legacy base64",
+     {"type": "image", "source_type": "base64", "data": _PNG, "mime_type": "image/png"},
+     ImageURL(url=f"data:image/png;base64,{_PNG}")),
+]
+
+
+def with_image(block: dict[str, Any] | None) -> HumanMessage:
+    """A HumanMessage with ``block`` between two text blocks (or the text blocks alone)."""
+    image = [block] if block is not None else []
+    return HumanMessage([{"type": "text", "text": "What is in"}, *image,
+                         {"type": "text", "text": "this picture?"}], id="m1")
+
+
+async def test_image_blocks_are_counted_and_rendered(store: Any) -> None:
+    counter = TiktokenCounter()
+    view = TokenLimitedView(token_limit=100_000, counter=counter)
+    history = MemstoreChatMessageHistory("plain", store, view=view)
+    await history.aadd_messages([with_image(None)])
+    without = (await call(store.window("plain", view))).token_count
+    for i, (name, block, image) in enumerate(_IMAGE_BLOCKS):
+        message = with_image(block)
+        history = MemstoreChatMessageHistory(f"img-{i}", store, view=view)
+        await history.aadd_messages([message])
+        assert await history.aget_messages() == [message], name
+        assert from_memstore(await call(store.messages(f"img-{i}"))) == [message], name
+        stored = (await call(store.messages(f"img-{i}")))[0]
+        assert stored.content == [TextPart(text="What is in"), ImagePart(image_url=image),
+                                  TextPart(text="this picture?")], name
+        # the window's budget counts the image, as it would an image_url part
+        window = await call(store.window(f"img-{i}", view))
+        image_tokens = (counter.count_message(Message.user([ImagePart(image_url=image)]))
+                        - counter.count_message(Message.user([])))
+        assert image_tokens >= 85
+        assert window.token_count == without + image_tokens, name
+        # and memstore's renderers send it
+        openai = window.to_openai()[0]["content"][1]
+        assert openai["image_url"]["url"] == image.url, name
+        anthropic = window.to_anthropic()["messages"][0]["content"][1]
+        assert anthropic["type"] == "image", name
+
+
+async def test_a_budget_leaves_room_for_an_image_sent_through_a_chain(
+        db_url: str, kind: str) -> None:
+    store = await open_store(kind, db_url)
+    view = TokenLimitedView(token_limit=800, counter=TiktokenCounter())
+    picture = HumanMessage([{"type": "text", "text": "What is this?"},
+                            {"type": "image", "source": {"type": "base64",
+                                                         "media_type": "image/png",
+                                                         "data": _PNG}}])
+    # the image alone is 765 tokens: with it, the first question no longer fits the budget
+    cat = AIMessage("A cat.", id="r2")
+    bot = Bot(store, [AIMessage("Hello.", id="r1"), cat, AIMessage("Yes.", id="r3")], view=view)
+    try:
+        await bot.send("Hi there, I have a picture to show you.", kind)
+        await bot.send([picture], kind)
+        await bot.send("Is it a cat?", kind)
+        seen = bot.seen[2]
+        assert seen[-3:] == [picture, cat, HumanMessage("Is it a cat?")]
+        assert HumanMessage("Hi there, I have a picture to show you.") not in seen
+        window = await call(store.window("s1", view))
+        assert 765 < window.token_count <= 800 and window.report.omitted
+    finally:
+        await close_store(store)
+
+
+async def test_image_blocks_memstore_cannot_hold_stay_in_the_stash(store: Any) -> None:
+    kept: list[dict[str, Any]] = [
+        {"type": "image", "file_id": "file-1"},
+        {"type": "image", "source_type": "id", "id": "file-1"},
+        {"type": "image", "source": {"type": "file", "file_id": "file-1"}},
+        {"type": "image", "base64": "AAAA"},  # no mime type, none readable from the data
+        {"type": "image", "base64": _PNG, "mime_type": "application/pdf"},
+        {"type": "image", "url": "gs://bucket/cat.png"},
+        {"type": "image", "source": {"type": "base64", "data": "AAAA"}},
+    ]
+    messages: list[BaseMessage] = [with_image(b) for b in kept]
+    # memstore holds images in user messages only
+    messages.append(AIMessage([{"type": "image", "url": _WEB}]))
+    messages.append(ToolMessage([{"type": "image", "base64": _PNG, "mime_type": "image/png"}],
+                                tool_call_id="c"))
+    await MemstoreChatMessageHistory("kept", store).aadd_messages(messages)
+    stored_messages = await call(store.messages("kept"))
+    assert from_memstore(stored_messages) == messages
+    for stored in stored_messages:
+        assert isinstance(stored.content, list)
+        assert all(isinstance(part, TextPart) for part in stored.content)
+
+
+async def test_an_image_memstore_refuses_writes_nothing(store: Any, monkeypatch: Any) -> None:
+    history = MemstoreChatMessageHistory("bad", store)
+    bad = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                       "data": "AA\x00A"}}
+    with pytest.raises(ValidationError, match="image url contains a NUL"):
+        await history.aadd_messages([HumanMessage("first"), with_image(bad)])
+    assert await history.aget_messages() == []
+    # the size limit counts an image block's data twice when it is kept in the stash too
+    monkeypatch.setattr("memstore._validate.MAX_RECORD_BYTES", 3000)
+    data = "A" * 1600
+    once = with_image({"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}})
+    await history.aadd_messages([once])  # exactly memstore's part: not stashed
+    with pytest.raises(ValidationError, match="largest record"):
+        await history.aadd_messages([with_image({"type": "image", "base64": data,
+                                                 "mime_type": "image/png"})])
+    assert await history.aget_messages() == [once]
+
+
 # ---- round trips -----------------------------------------------------------------------------
 
 _text = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"),
@@ -321,7 +466,10 @@ _block = st.one_of(
     st.builds(lambda u, d: {"type": "image_url", "image_url": {"url": u, **d}},
               st.sampled_from(["https://e.com/a.png", "data:image/png;base64,AAAA"]),
               st.sampled_from([{}, {"detail": "low"}])),
-    st.just({"type": "image", "base64": "AAAA", "mime_type": "image/jpeg"}),
+    st.sampled_from([block for _, block, _ in _IMAGE_BLOCKS] + [
+        {"type": "image", "base64": "AAAA", "mime_type": "image/jpeg"},
+        {"type": "image", "file_id": "file-1"},
+        {"type": "image", "base64": "AAAA"}]),
     st.builds(lambda t: {"type": "reasoning", "reasoning": t}, _text),
 )
 _content = _text | st.lists(_block, max_size=3)
