@@ -27,8 +27,9 @@ leaves the epoch alone (it changes no message). Operations that delete summaries
 (``pop``, ``clear``, a replacing ``load_state``) replace the epoch anyway, so a
 window's summary read carries the same epoch check as its range reads.
 
-Windows share the cached models: they are frozen, but their ``metadata`` dicts and
-``content``/``tool_calls`` lists are plain containers that callers must not mutate.
+Windows share the cached models: they are frozen, and their ``metadata``,
+``content`` parts and ``tool_calls`` are read-only containers (:mod:`memstore._readonly`),
+so no caller can change what a later window reads.
 
 The cache is bounded by a number of messages (the store's ``cache_size``); the
 least recently used conversations go first. Entries are never mutated once stored

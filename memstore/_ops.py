@@ -36,7 +36,6 @@ from memstore._window import SQLHistory
 from memstore.errors import (
     ConflictError,
     ConversationNotFoundError,
-    InvalidInputError,
     MessageNotFoundError,
 )
 from memstore.models import (
@@ -196,13 +195,15 @@ def allocated(last: Any, cid: str, count: int) -> int:
 
     No row means the conversation is full: ``count`` more seqs would pass
     :data:`~memstore._validate.MAX_SEQ` (only a snapshot loaded near the top of the
-    range gets there). The allocation changed nothing; the write is refused.
+    range gets there). The allocation changed nothing; the write is refused. The
+    messages are valid: what is stored leaves no room for them, a
+    :class:`~memstore.errors.ConflictError` (replacing the conversation frees it).
 
     Raises:
-        InvalidInputError: no row was returned.
+        ConflictError: no row was returned.
     """
     if last is None:
-        raise InvalidInputError(
+        raise ConflictError(
             f"conversation {cid!r} is full: {count} more message(s) would take its seqs past "
             "2**62, the largest seq memstore stores"
         )

@@ -139,7 +139,15 @@ def freeze(value: Any) -> Any:
     if kind is dict:
         if not value:
             return EMPTY
-        return ReadOnlyDict({key: freeze(item) for key, item in value.items()})
+        frozen: Any = ReadOnlyDict(value)  # one C-level copy; then only nested containers
+        for key, item in value.items():
+            if type(item) is dict or type(item) is list:
+                dict.__setitem__(frozen, key, freeze(item))
+        return frozen
     if kind is list:
-        return ReadOnlyList([freeze(item) for item in value])
+        frozen = ReadOnlyList(value)
+        for index, item in enumerate(value):
+            if type(item) is dict or type(item) is list:
+                list.__setitem__(frozen, index, freeze(item))
+        return frozen
     return value  # (a ReadOnlyDict or ReadOnlyList is made by this function: frozen through)

@@ -98,7 +98,7 @@ def load_state(
             _ops.insert_message_rows(conn, rows[start:start + _ops.INSERT_CHUNK])
     except sa_exc.IntegrityError as exc:
         if existing is None or replace:
-            raise  # (a snapshot's ids are unique: ConversationState checks them)
+            raise  # (not an id: a snapshot's ids are unique, ConversationState checks them)
         raise _ids_stored_already(cid) from exc
     if existing is None or replace:
         write_state_summaries(conn, cid, state.summaries)
@@ -238,15 +238,23 @@ def _ids_stored_already(cid: str) -> ConflictError:
     )
 
 
+class RepeatedIdError(InvalidInputError):
+    """A batch being loaded repeats a message id; ``seq`` is the repeat's (for its line)."""
+
+    def __init__(self, message: str, seq: int) -> None:
+        super().__init__(message)
+        self.seq = seq
+
+
 def _check_unique_ids(batch: Sequence[StoredMessage]) -> None:
     """Refuse a batch in which two messages share an id (naming both seqs)."""
     seen: dict[str, int] = {}
     for m in batch:
         first = seen.setdefault(m.id, m.seq)
         if first != m.seq:
-            raise InvalidInputError(
+            raise RepeatedIdError(
                 f"message id {m.id!r} is the id of seq {first} and of seq {m.seq}: message "
-                "ids are unique within a conversation"
+                "ids are unique within a conversation", m.seq
             )
 
 

@@ -834,11 +834,18 @@ class ConversationState(BaseModel):
         seqs = [m.seq for m in self.messages]
         if seqs != sorted(set(seqs)):
             raise ValueError("state messages must have unique seqs in increasing order")
+        ids: dict[str, int] = {}
         for m in self.messages:
             if m.conversation_id != self.conversation.id:
                 raise ValueError(
                     f"message seq {m.seq} belongs to {m.conversation_id!r}, "
                     f"not {self.conversation.id!r}"
+                )
+            first = ids.setdefault(m.id, m.seq)
+            if first != m.seq:
+                raise ValueError(
+                    f"message id {m.id!r} is the id of seq {first} and of seq {m.seq}: "
+                    "message ids are unique within a conversation"
                 )
         self._check_summaries()
         return self

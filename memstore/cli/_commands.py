@@ -27,6 +27,7 @@ from memstore.errors import (
     ConversationNotFoundError,
     DatabaseError,
     InvalidInputError,
+    MemstoreError,
 )
 from memstore.models import (
     ContextWindow,
@@ -423,16 +424,16 @@ def import_(args: argparse.Namespace) -> int:
             try:
                 result = transfer.import_jsonl(store, fp, replace=args.replace,
                                                rename=args.target, progress=progress)
-            except ConflictError as exc:
+            except (MemstoreError, ValidationError) as exc:
                 for done in getattr(exc, "imported", None) or ():
                     _print_imported(done)  # conversations earlier in the file are stored
-                if args.replace or not transfer.conflicts_with_stored(exc):
-                    raise  # --replace would not help
-                raise ConflictError(f"{exc} (pass --replace to overwrite the stored "
-                                    "conversation with the file's)") from exc
-            except (InvalidInputError, ValidationError) as exc:
-                for done in getattr(exc, "imported", None) or ():
-                    _print_imported(done)  # conversations earlier in the file are stored
+                if isinstance(exc, ConflictError):
+                    if args.replace or not transfer.conflicts_with_stored(exc):
+                        raise  # --replace would not help
+                    raise ConflictError(f"{exc} (pass --replace to overwrite the stored "
+                                        "conversation with the file's)") from exc
+                if not isinstance(exc, (InvalidInputError, ValidationError)):
+                    raise  # a database error, say
                 line = getattr(exc, "line", None)
                 where = f"{name}:{line}" if line else name
                 text = validation_summary(exc) if isinstance(exc, ValidationError) else str(exc)
