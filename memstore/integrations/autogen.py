@@ -50,6 +50,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from memstore.errors import (
+    ConfigurationError,
     ConversationNotFoundError,
     InvalidInputError,
     MissingDependencyError,
@@ -451,13 +452,40 @@ class MemstoreChatCompletionContext(ChatCompletionContext,
         await run(self._store, lambda s: s.load_state(snapshot, cid, True))
 
     def _to_config(self) -> MemstoreChatCompletionContextConfig:
-        from memstore.aio import AsyncMemoryStore
+        """The config ``load_component`` rebuilds this context from.
 
+        Raises:
+            ConfigurationError: the config could not give the same context back: the
+                store is an in-memory SQLite database (a new store would open another,
+                empty one), or its counter cannot be rebuilt from its name (a custom
+                counter: ``memstore.tokens.counter_from_name`` does not know it).
+        """
+        from memstore.aio import AsyncMemoryStore
+        from memstore.errors import MemstoreError
+        from memstore.tokens import counter_from_name
+
+        url = self._store.engine.url
+        if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
+            raise ConfigurationError(
+                "dump_component: the store is an in-memory SQLite database, which a loaded "
+                "component could not open again; use a database file or server"
+            )
+        name = self._store.counter.name
+        try:
+            rebuilt = counter_from_name(name).name
+        except MemstoreError:
+            rebuilt = None
+        if rebuilt != name:
+            raise ConfigurationError(
+                f"dump_component: the store's token counter {name!r} cannot be rebuilt from "
+                "its name (memstore.tokens.counter_from_name), so a loaded component would "
+                "count differently; use a built-in counter, or build the context in code"
+            )
         return MemstoreChatCompletionContextConfig(
             url=store_url(self._store),
             conversation_id=self._conversation_id,
             view=self._view.to_config(),
-            counter=self._store.counter.name,
+            counter=name,
             async_store=isinstance(self._store, AsyncMemoryStore),
         )
 

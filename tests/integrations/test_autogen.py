@@ -207,6 +207,25 @@ async def test_state_moves_between_databases(db_url: str, tmp_path: Any, kind: s
     await close_store(other)
 
 
+async def test_a_component_that_could_not_be_loaded_back_is_refused_at_dump(
+    db_url: str, kind: str,
+) -> None:
+    from memstore import BaseTokenCounter, ConfigurationError, MemoryStore
+
+    class Words(BaseTokenCounter):
+        name = "custom/words"
+
+        def count_message(self, message: Any) -> int:
+            return len((message.text or "").split()) + 3
+
+    for store in (await open_store(kind, db_url, counter=Words()), MemoryStore("sqlite://")):
+        context = MemstoreChatCompletionContext("c", store)  # type: ignore[arg-type]
+        await context.add_message(UserMessage(content="hi", source="user"))
+        with pytest.raises(ConfigurationError, match="dump_component"):
+            context.dump_component()
+        await close_store(store)
+
+
 async def test_component_round_trip(db_url: str, kind: str) -> None:
     store = await open_store(kind, db_url)
     view = TokenLimitedView(token_limit=500, reserve=10)
