@@ -303,12 +303,19 @@ class TruncateOldest(Strategy):
 class Summarize(Strategy):
     """Replace the block by a summary when it does not fit (label ``"summarized"``).
 
-    The summarizer is called once with the block's messages. A ``str`` result
-    becomes a ``system`` message; a :class:`~memstore.models.Message` is used as it
-    is. If the summary fits the block's budget it replaces the block, otherwise the
-    block is dropped (still labelled ``"summarized"``; its id is in
-    ``blocks_dropped``). The summarizer's errors propagate unchanged. An ``async``
-    summarizer works only under :meth:`~memstore.builder.ContextBuilder.acompile`.
+    Anchored messages (``system``, ``developer``, pinned; a tool unit holding one is
+    anchored whole) are never removed, as by every strategy: they stay, in their
+    order, and the summarizer is called once with the block's other messages. A
+    ``str`` result becomes a ``system`` message; a :class:`~memstore.models.Message`
+    is used as it is. It takes the place of the first message it stands for. If the
+    anchored messages and the summary fit the block's budget they replace the block;
+    otherwise the summary is left out too, and the block is the anchored messages
+    alone (dropped when it has none: still labelled ``"summarized"``, its id in
+    ``blocks_dropped``). Anchored messages that do not fit on their own are a
+    :class:`~memstore.errors.ContextBudgetError` naming the block, and a block of
+    anchored messages only is not summarized. The summarizer's errors propagate
+    unchanged. An ``async`` summarizer works only under
+    :meth:`~memstore.builder.ContextBuilder.acompile`.
 
     Args:
         summarizer: ``(list[Message]) -> str | Message``, sync or async.
@@ -329,18 +336,42 @@ class Summarize(Strategy):
 
     def apply(self, messages: list[Message], tokens: int, limit: int,
               counter: TokenCounter) -> list[Message]:
-        """Summarize with a sync summarizer; ``[]`` when the summary does not fit."""
-        result = _call_summarizer_sync(self.summarizer, messages, "<block>")
-        summary = _summary_message(result, "<block>")
-        return [summary] if counter.count_message(summary) <= limit else []
+        """Summarize with a sync summarizer (see the class rules)."""
+        counts = [message_tokens(m, counter) for m in messages]
+        steps = self._evict("<block>", messages, counts, limit, counter)
+        try:
+            call = next(steps)
+            while True:
+                call = steps.send(call.run_sync())
+        except StopIteration as done:
+            return list(done.value)
 
     def _evict(
         self, block_id: str, messages: list[Message], counts: list[int], limit: int,
         counter: TokenCounter,
     ) -> Generator[Any, Any, list[Message]]:
-        result = yield SummarizeCall(self.summarizer, list(messages), block_id)
+        anchored = [False] * len(messages)
+        for s, e in units_of(messages):
+            if any(m.pinned or m.role in ANCHOR_ROLES for m in messages[s:e]):
+                anchored[s:e] = [True] * (e - s)
+        kept = sum(n for n, a in zip(counts, anchored) if a)
+        if kept > limit:
+            raise ContextBudgetError(
+                f"block {block_id!r}: its anchored messages (system, developer, pinned) need "
+                f"{kept} tokens and its budget is {limit} (Summarize)",
+                required=kept, budget=limit,
+            )
+        rest = [m for m, a in zip(messages, anchored) if not a]
+        if not rest:  # nothing to summarize (and what is left fits)
+            return [m for m, a in zip(messages, anchored) if a]
+        result = yield SummarizeCall(self.summarizer, rest, block_id)
         summary = _summary_message(result, block_id)
-        return [summary] if counter.count_message(summary) <= limit else []
+        out = [m for m, a in zip(messages, anchored) if a]
+        if kept + counter.count_message(summary) <= limit:
+            # in the place of the first message it stands for
+            # (the messages before the first one it stands for are all anchored)
+            out.insert(anchored.index(False), summary)
+        return out
 
 
 def _is_async_callable(fn: object) -> bool:

@@ -532,9 +532,39 @@ def test_built_in_strategies_apply_standalone() -> None:
     messages = [words(1, "system"), words(3), words(3)]
     assert TruncateOldest().apply(messages, 10, 6, C) == [words(1, "system"), words(3)]
     assert Drop().apply(messages, 10, 6, C) == []
-    assert Summarize(lambda ms: "s").apply(messages, 10, 6, C) == [Message.system("s")]
+    # the anchored system message stays; only the others are summarized, in their place
+    given: list[list[Message]] = []
+    summarize = Summarize(lambda ms: given.append(ms) or "s")
+    assert summarize.apply(messages, 10, 6, C) == [words(1, "system"), Message.system("s")]
+    assert given == [messages[1:]]
     with pytest.raises(ContextBudgetError):
         Strict().apply(messages, 10, 6, C)
+
+
+def test_summarize_never_removes_anchored_messages() -> None:
+    pinned = Message.user("fact " * 2, pinned=True)
+    messages = [words(3), words(1, "system"), words(3), pinned, words(3)]
+    given: list[list[Message]] = []
+
+    def summarizer(ms: list[Message]) -> str:
+        given.append(ms)
+        return "sum"
+
+    out = Summarize(summarizer).apply(messages, 30, 12, C)
+    # the summary takes the place of the first message it stands for (the very first)
+    assert out == [Message.system("sum"), words(1, "system"), pinned]
+    assert given == [[messages[0], messages[2], messages[4]]]
+    # a summary that does not fit next to them is left out; the anchored messages stay
+    assert Summarize(lambda ms: "sum " * 20).apply(messages, 30, 12, C) == [
+        words(1, "system"), pinned]
+    # anchored messages over the budget on their own: a budget error naming the block
+    with pytest.raises(ContextBudgetError, match="anchored messages"):
+        Summarize(summarizer).apply(messages, 30, 3, C)
+    # only anchored messages (that fit): nothing to summarize, the summarizer is not called
+    given.clear()
+    assert Summarize(summarizer).apply([words(1, "system"), pinned], 10, 9, C) == [
+        words(1, "system"), pinned]
+    assert given == []
 
 
 # ---- cache_control ---------------------------------------------------------------------------
@@ -755,8 +785,13 @@ async def test_history_block_whose_required_part_does_not_fit(store: Any) -> Non
     assert [m.role for m in truncated.messages] == ["system"]
     assert truncated.report.evictions == {"h": "truncated"}
 
-    summarized = await compile_with(builder_with(Summarize(lambda ms: f"{len(ms)} msgs")), store)
-    assert summarized.messages == [Message.system("2 msgs")]
+    # Summarize keeps the anchored system message and summarizes the newest unit it read;
+    # with 3 tokens left next to the system message the summary (5) is left out.
+    given: list[int] = []
+    summarized = await compile_with(builder_with(Summarize(
+        lambda ms: given.append(len(ms)) or f"{len(ms)} msgs")), store)
+    assert [m.text for m in summarized.messages] == ["one two three four five six"]
+    assert given == [1] and summarized.report.evictions == {"h": "summarized"}
     check_arithmetic(summarized, counter)
 
 
