@@ -203,7 +203,7 @@ class Block:
             otherwise.
 
     Raises:
-        ConfigurationError: (a ``ValueError``) a missing strategy, both or neither of
+        ConfigurationError: (a ``ValueError``) ``strategy=None``, both or neither of
             ``messages``/``history``, a ``max_tokens`` <= 0, a non-int tier, a
             non-Message in ``messages`` or a ``cache_control`` that is not a JSON object.
     """

@@ -609,7 +609,8 @@ class WindowReport(BaseModel):
         omitted: runs of left-out seqs with their reasons (chronological).
         placeholder: the placeholder text, when one was inserted.
         skipped: the number of messages the placeholder stands for (0 when none).
-        rows_read: messages the view read to build the window (a cost measure: it
+        rows_read: messages the view read to build the window, counted at every read
+            (a message read twice counts twice; a cost measure: it
             grows with the window, not the history). Whether they came from the
             database or the store's row cache does not change the report (see
             ``store.cache_info()``); nor do the few rows past the last one taken that

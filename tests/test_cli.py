@@ -709,3 +709,14 @@ def test_import_stopped_by_a_database_error_lists_what_it_stored(url: str, capsy
     code, out, err = run(capsys, "import", str(source), "--url", url)
     assert code != 0 and "simulated" in one_error_line(err)
     assert out.splitlines() == ["a: 2 messages written"]  # stored before the error
+
+
+def test_demo_with_a_budget_too_small_suggests_one_that_works(url: str, capsys: Any) -> None:
+    code, out, _ = run(capsys, "demo", "--budget", "50", "--url", url)
+    assert code == 0 and "too small" in out
+    hint = out.split("Next: ")[1].split()
+    assert hint[:5] == ["memstore", "window", "demo", "--view", "score-based"]
+    budget = int(hint[hint.index("--budget") + 1])
+    assert budget > 50
+    code, out, err = run(capsys, *hint[1:], "--url", url)
+    assert code == 0, err

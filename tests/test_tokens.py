@@ -634,6 +634,9 @@ def test_fixed_counter_arithmetic() -> None:
     assert c.count_messages([Message.user("a b"), Message.user("c")]) == (2 + 2) + (2 + 1) + 7
     assert c.count_tools([WEATHER, WEATHER]) == 20
     assert FixedCounter().count_messages([Message.user("x")] * 4) == 4
+    # words are counted per text part: two parts never join a word
+    parts = Message.user([TextPart(text="a b"), TextPart(text="c d")])
+    assert FixedCounter(2, per_word=1).count_message(parts) == 2 + 4
 
 
 @pytest.mark.parametrize(

@@ -267,7 +267,10 @@ def demo(args: argparse.Namespace) -> int:
         return 0
     console = out.console()
     console.print(demo_table(result, console.width))
+    # The hint's budget is one the score-based view can serve (the demo's, unless too small).
+    scored = result.windows[[name for name, _ in result.columns].index("score-based")]
+    budget = scored.required if isinstance(scored, ContextBudgetError) else result.budget
     console.print(f"Stored as conversation {CONVERSATION_ID!r} (run again to replace it). "
                   f"Next: memstore window {CONVERSATION_ID} --view score-based --budget "
-                  f"{result.budget}")
+                  f"{budget}")
     return 0

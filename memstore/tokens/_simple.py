@@ -70,8 +70,17 @@ class FixedCounter(BaseTokenCounter):
         return self._priming
 
     def count_message(self, message: Message) -> int:
-        """``per_message + per_tool_call * calls + per_word * words``."""
-        words = len(message.text.split()) if self.per_word else 0
+        """``per_message + per_tool_call * calls + per_word * words``.
+
+        Words are counted in each text part on its own (two parts never join a word).
+        """
+        content = message.content
+        if not self.per_word or content is None:
+            words = 0
+        elif isinstance(content, str):
+            words = len(content.split())
+        else:
+            words = sum(len(p.text.split()) for p in content if p.type == "text")
         calls = len(message.tool_calls or ())
         return self.per_message + self.per_tool_call * calls + self.per_word * words
 
