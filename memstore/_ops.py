@@ -397,12 +397,24 @@ def _copy_rows(conn: Connection, sql: str, rows: list[list[Any]]) -> None:
     the connection has no ``copy``), awaited from inside ``run_sync``.
     """
     driver = conn.connection.driver_connection
-    if conn.dialect.is_async:
-        await_only(_copy_rows_async(driver, sql, rows))
-        return
-    with driver.cursor() as cursor, cursor.copy(sql) as copy:  # type: ignore[union-attr]
-        for row in rows:
-            copy.write_row(row)
+    try:
+        if conn.dialect.is_async:
+            await_only(_copy_rows_async(driver, sql, rows))
+            return
+        with driver.cursor() as cursor, cursor.copy(sql) as copy:  # type: ignore[union-attr]
+            for row in rows:
+                copy.write_row(row)
+    except BaseException as exc:
+        if not isinstance(exc, Exception):
+            # Cancelled (or interrupted) in the middle of the COPY: the connection is
+            # still in that command, so the transaction's rollback would fail and its
+            # error replace this one. Invalidated, it is closed instead (the server
+            # rolls back), and the cancellation propagates as itself. The socket is
+            # closed now, so the server ends the transaction at once.
+            with contextlib.suppress(Exception):
+                driver.pgconn.finish()  # type: ignore[union-attr]
+            conn.invalidate()
+        raise
 
 
 async def _copy_rows_async(driver: Any, sql: str, rows: list[list[Any]]) -> None:

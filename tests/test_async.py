@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import inspect
 import itertools
@@ -154,4 +155,36 @@ async def test_event_loop_keeps_running_during_a_large_extend(db_url: str) -> No
     assert len(during) >= 10, (duration, len(during))
     print(f"longest gap {longest_gap * 1000:.1f} ms during a {duration * 1000:.0f} ms extend")
     assert longest_gap < duration / 4, (longest_gap, duration)
+    await store.close()
+
+
+@pytest.mark.postgres
+async def test_a_write_cancelled_inside_its_copy_raises_cancelled_and_writes_nothing(
+    pg_url: str, monkeypatch: Any,
+) -> None:
+    """Cancelled while the connection is inside ``COPY ... FROM STDIN``: the rollback
+    cannot run on it, so it is invalidated and the cancellation propagates as itself
+    (it used to come out as a DatabaseError: "another command is already in progress")."""
+    from memstore import ConversationNotFoundError, _ops
+
+    async def cancelled_mid_copy(driver: Any, sql: str, rows: Any) -> None:
+        driver.pgconn.send_query(sql.encode())  # the COPY is under way; its result unread
+        raise asyncio.CancelledError
+
+    store = AsyncMemoryStore(pg_url, counter=FixedCounter(), cache_size=0, pool_size=1,
+                             max_overflow=0)
+    await store.setup()
+    with contextlib.suppress(ConversationNotFoundError):
+        await store.delete_conversation("cancelled")
+    monkeypatch.setattr(_ops, "_copy_rows_async", cancelled_mid_copy)
+    batches = ([Message.user(f"m{i}") for i in range(3)],  # the direct path
+               [Message.user(f"m{i}", id=f"k{i}") for i in range(3)])  # the transactional one
+    for batch in batches:
+        with pytest.raises(asyncio.CancelledError):
+            await store.extend("cancelled", batch)
+    monkeypatch.undo()
+    # Nothing was written, and the pool's one connection was replaced: the store works.
+    with pytest.raises(ConversationNotFoundError):
+        await store.get_conversation("cancelled")
+    assert (await store.append("cancelled", Message.user("after"))).seq == 1
     await store.close()
