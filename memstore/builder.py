@@ -77,6 +77,7 @@ from memstore.strategies import (
     Summarizer,
     TruncateOldest,
     splits_units,
+    units_of,
 )
 from memstore.tokens import TokenCounter, default_counter, message_tokens, validate_counter
 from memstore.views import ContextView, TokenLimitedView
@@ -635,7 +636,14 @@ class ContextBuilder:
                 kept = messages
             else:
                 strategy = block.strategy
-                kept = yield from strategy._evict(block.id, messages, counts, budget, counter)
+                # A history block's newest unit is the turn being answered: the built-in
+                # strategies keep it as they keep anchored messages (views never drop it).
+                newest = 0
+                if block.history is not None:
+                    start, end = units_of(messages)[-1]
+                    newest = end - start
+                kept = yield from strategy._evict(block.id, messages, counts, budget, counter,
+                                                  newest)
                 if not isinstance(kept, list) or not all(isinstance(m, Message) for m in kept):
                     raise ConfigurationError(
                         f"strategy {type(strategy).__name__} of block {block.id!r} must return "

@@ -133,9 +133,14 @@ class Strategy(abc.ABC):
 
     def _evict(
         self, block_id: str, messages: list[Message], counts: list[int], limit: int,
-        counter: TokenCounter,
+        counter: TokenCounter, newest: int = 0,
     ) -> Generator[Any, Any, list[Message]]:
-        """The builder's entry point (a generator so that a step may await)."""
+        """The builder's entry point (a generator so that a step may await).
+
+        ``newest``: for a history block, the length of its newest unit (the turn being
+        answered), which :class:`TruncateOldest` and :class:`Summarize` keep as they
+        keep anchored messages. Custom strategies decide for themselves.
+        """
         return (yield from _no_requests(self.apply(list(messages), sum(counts), limit, counter)))
 
 
@@ -168,7 +173,7 @@ class Strict(Strategy):
 
     def _evict(
         self, block_id: str, messages: list[Message], counts: list[int], limit: int,
-        counter: TokenCounter,
+        counter: TokenCounter, newest: int = 0,
     ) -> Generator[Any, Any, list[Message]]:
         raise _budget_error(block_id, sum(counts), limit)
         yield  # pragma: no cover - makes this a generator
@@ -199,7 +204,9 @@ class TruncateOldest(Strategy):
       question. Units before the first user message are removed one at a time.
     * ``system``, ``developer`` and pinned messages are never removed; roles in
       ``protect_roles`` are added to them. A unit holding a protected message is
-      protected whole (removing a turn removes its unprotected units only).
+      protected whole (removing a turn removes its unprotected units only). In a
+      history block (:class:`~memstore.builder.HistoryBlock`) the newest unit, the
+      turn being answered, is protected too.
     * If only protected messages are left and they still do not fit:
       :class:`~memstore.errors.ContextBudgetError` naming the block (protected
       messages never vanish silently; this wins over ``min_messages``).
@@ -255,17 +262,20 @@ class TruncateOldest(Strategy):
 
     def _evict(
         self, block_id: str, messages: list[Message], counts: list[int], limit: int,
-        counter: TokenCounter,
+        counter: TokenCounter, newest: int = 0,
     ) -> Generator[Any, Any, list[Message]]:
-        return (yield from _no_requests(self._truncate(block_id, messages, counts, limit)[0]))
+        return (yield from _no_requests(
+            self._truncate(block_id, messages, counts, limit, newest)[0]))
 
     def _truncate(self, block_id: str, messages: Sequence[Message], counts: Sequence[int],
-                  limit: int) -> tuple[list[Message], int]:
+                  limit: int, newest: int = 0) -> tuple[list[Message], int]:
         protected_roles = ANCHOR_ROLES | set(self.protect_roles)
         units = units_of(messages)
         unit_tokens = [sum(counts[s:e]) for s, e in units]
         unit_protected = [
-            any(m.pinned or m.role in protected_roles for m in messages[s:e]) for s, e in units
+            any(m.pinned or m.role in protected_roles for m in messages[s:e])
+            or e > len(messages) - newest  # a history block's newest unit
+            for s, e in units
         ]
         # Removal groups, oldest first: single units, or whole turns.
         groups: list[list[int]] = []
@@ -290,6 +300,7 @@ class TruncateOldest(Strategy):
             raise ContextBudgetError(
                 f"block {block_id!r}: its protected messages (system, developer, pinned"
                 + (f", {', '.join(self.protect_roles)}" if self.protect_roles else "")
+                + (", the newest unit" if newest else "")
                 + f") need {total} tokens and its budget is {limit} (TruncateOldest)",
                 required=total, budget=limit,
             )
@@ -304,8 +315,9 @@ class Summarize(Strategy):
     """Replace the block by a summary when it does not fit (label ``"summarized"``).
 
     Anchored messages (``system``, ``developer``, pinned; a tool unit holding one is
-    anchored whole) are never removed, as by every strategy: they stay, in their
-    order, and the summarizer is called once with the block's other messages. A
+    anchored whole), and in a history block its newest unit, are never removed: they
+    stay, in their order, and the summarizer is called once with the block's other
+    messages. A
     ``str`` result becomes a ``system`` message; a :class:`~memstore.models.Message`
     is used as it is. It takes the place of the first message it stands for. If the
     anchored messages and the summary fit the block's budget they replace the block;
@@ -348,17 +360,20 @@ class Summarize(Strategy):
 
     def _evict(
         self, block_id: str, messages: list[Message], counts: list[int], limit: int,
-        counter: TokenCounter,
+        counter: TokenCounter, newest: int = 0,
     ) -> Generator[Any, Any, list[Message]]:
         anchored = [False] * len(messages)
         for s, e in units_of(messages):
             if any(m.pinned or m.role in ANCHOR_ROLES for m in messages[s:e]):
                 anchored[s:e] = [True] * (e - s)
+        if newest:  # a history block's newest unit is kept as it is, not summarized
+            anchored[len(messages) - newest:] = [True] * newest
         kept = sum(n for n, a in zip(counts, anchored) if a)
         if kept > limit:
             raise ContextBudgetError(
-                f"block {block_id!r}: its anchored messages (system, developer, pinned) need "
-                f"{kept} tokens and its budget is {limit} (Summarize)",
+                f"block {block_id!r}: its anchored messages (system, developer, pinned"
+                + (", the newest unit" if newest else "")
+                + f") need {kept} tokens and its budget is {limit} (Summarize)",
                 required=kept, budget=limit,
             )
         rest = [m for m, a in zip(messages, anchored) if not a]

@@ -781,17 +781,25 @@ async def test_history_block_whose_required_part_does_not_fit(store: Any) -> Non
     assert dropped.report.original_tokens_per_block == {"h": 18}
     assert dropped.report.history_reports["h"].included_count == 2
 
-    truncated = await compile_with(builder_with(TruncateOldest()), store)
-    assert [m.role for m in truncated.messages] == ["system"]
-    assert truncated.report.evictions == {"h": "truncated"}
-
-    # Summarize keeps the anchored system message and summarizes the newest unit it read;
-    # with 3 tokens left next to the system message the summary (5) is left out.
+    # TruncateOldest and Summarize keep the newest unit (the question being answered) as
+    # they keep anchored messages: a request without it would answer nothing. They do not
+    # fit together here: a budget error with the numbers, as a view gives.
     given: list[int] = []
-    summarized = await compile_with(builder_with(Summarize(
-        lambda ms: given.append(len(ms)) or f"{len(ms)} msgs")), store)
-    assert [m.text for m in summarized.messages] == ["one two three four five six"]
-    assert given == [1] and summarized.report.evictions == {"h": "summarized"}
+    for strategy in (TruncateOldest(), Summarize(lambda ms: given.append(len(ms)) or "s")):
+        with pytest.raises(ContextBudgetError, match="the newest unit") as info:
+            await compile_with(builder_with(strategy), store)
+        assert info.value.required == 18 and info.value.budget == 12
+    assert given == []  # nothing was summarized
+
+    # With room for both, Summarize folds the older messages and keeps the newest question.
+    # (26 tokens of history in a 25-token block: system 9 + summary 5 + question 9 = 23 fit)
+    roomy = ContextBuilder(28, counter=counter).add_block(Block(
+        "h", tier=Tier.HISTORY, strategy=Summarize(lambda ms: f"{len(ms)} msgs"),
+        history=HistoryBlock(store, "chat", BufferedView(10))))
+    summarized = await compile_with(roomy, store)
+    assert summarized.report.evictions == {"h": "summarized"}
+    assert [m.text for m in summarized.messages] == [
+        "one two three four five six", "2 msgs", "the newest question is rather long"]
     check_arithmetic(summarized, counter)
 
 
