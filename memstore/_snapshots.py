@@ -21,7 +21,13 @@ from memstore import _statements as q
 from memstore._rows import Prepared, message_row, to_conversation, to_stored, utcnow
 from memstore._validate import check_counter_name, check_token_count
 from memstore.errors import ConflictError, InvalidInputError
-from memstore.models import Conversation, ConversationState, StoredMessage, Summary
+from memstore.models import (
+    Conversation,
+    ConversationState,
+    StoredMessage,
+    Summary,
+    repeated_id,
+)
 
 __all__ = [
     "Loader",
@@ -93,13 +99,8 @@ def load_state(
         row = message_row(cid, seq, Prepared(m, m.token_count), m.id, m.token_counter,
                            m.created_at)
         rows.append(row)
-    try:
-        for start in range(0, len(rows), _ops.INSERT_CHUNK):
-            _ops.insert_message_rows(conn, rows[start:start + _ops.INSERT_CHUNK])
-    except sa_exc.IntegrityError as exc:
-        if existing is None or replace:
-            raise  # (not an id: a snapshot's ids are unique, ConversationState checks them)
-        raise _ids_stored_already(cid) from exc
+    # (into a new conversation no id can clash: a snapshot's ids are unique)
+    _insert_rows(conn, cid, rows, appending=existing is not None and not replace)
     if existing is None or replace:
         write_state_summaries(conn, cid, state.summaries)
     return to_conversation(_ops.conversation_row(conn, cid))
@@ -230,12 +231,25 @@ class Recounter:
         return [self._checked(counter, m, n) for m, n in zip(messages, counts)]
 
 
-def _ids_stored_already(cid: str) -> ConflictError:
-    """The error of appending messages whose client ids the conversation already holds."""
-    return ConflictError(
-        f"a message id being loaded is already stored in conversation {cid!r} (message ids "
-        "are unique within a conversation): replace the conversation, or load into another"
-    )
+def _insert_rows(conn: Connection, cid: str, rows: list[dict[str, Any]], *,
+                 appending: bool) -> None:
+    """Insert loaded rows in chunks of :data:`memstore._ops.INSERT_CHUNK`.
+
+    ``appending``: the conversation held messages before this load, so a unique
+    violation is an id it already stores (a :class:`ConflictError` saying so);
+    otherwise the violation propagates for the caller to name.
+    """
+    try:
+        for start in range(0, len(rows), _ops.INSERT_CHUNK):
+            _ops.insert_message_rows(conn, rows[start:start + _ops.INSERT_CHUNK])
+    except sa_exc.IntegrityError as exc:
+        if not appending:
+            raise
+        raise ConflictError(
+            f"a message id being loaded is already stored in conversation {cid!r} (message "
+            "ids are unique within a conversation): replace the conversation, or load into "
+            "another"
+        ) from exc
 
 
 class RepeatedIdError(InvalidInputError):
@@ -248,14 +262,9 @@ class RepeatedIdError(InvalidInputError):
 
 def _check_unique_ids(batch: Sequence[StoredMessage]) -> None:
     """Refuse a batch in which two messages share an id (naming both seqs)."""
-    seen: dict[str, int] = {}
-    for m in batch:
-        first = seen.setdefault(m.id, m.seq)
-        if first != m.seq:
-            raise RepeatedIdError(
-                f"message id {m.id!r} is the id of seq {first} and of seq {m.seq}: message "
-                "ids are unique within a conversation", m.seq
-            )
+    repeat = repeated_id(batch)
+    if repeat is not None:
+        raise RepeatedIdError(*repeat)
 
 
 LoadMode = str  # "replace" | "append" | "merge"
@@ -354,11 +363,8 @@ class Loader:
             for m, seq, (n, name) in zip(batch, seqs, counted)
         ]
         try:
-            for start in range(0, len(rows), _ops.INSERT_CHUNK):
-                _ops.insert_message_rows(self.conn, rows[start:start + _ops.INSERT_CHUNK])
+            _insert_rows(self.conn, self.cid, rows, appending=not self.fresh)
         except sa_exc.IntegrityError as exc:
-            if not self.fresh:
-                raise _ids_stored_already(self.cid) from exc
             # Written by this load (ids within one batch were checked above): an id
             # of this batch repeats one of an earlier batch of the same stream.
             raise InvalidInputError(

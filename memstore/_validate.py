@@ -41,6 +41,7 @@ from memstore.errors import ConfigurationError, InvalidInputError
 
 __all__ = [
     "MAX_COUNTER_NAME_LENGTH",
+    "JSON_TOO_DEEP",
     "MAX_JSON_DEPTH",
     "MAX_JSON_FLOAT",
     "MAX_JSON_INT_DIGITS",
@@ -62,6 +63,10 @@ __all__ = [
 
 #: Deepest nesting of lists/objects accepted in a JSON value (the top-level object is 1).
 MAX_JSON_DEPTH = 64
+
+#: Why JSON *text* nested deeper than Python's parser can follow is refused (the
+#: parser's ``RecursionError``, reported by the import paths).
+JSON_TOO_DEEP = "JSON nested too deeply to read"
 
 #: Floats in JSON must have a magnitude below this: PostgreSQL's ``jsonb`` stores
 #: numbers as ``numeric`` and prints one written ``1e+16`` back as ``10000000000000000``,

@@ -12,7 +12,7 @@ levels, and seqs, token counts and counter names fit their columns.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -786,6 +786,21 @@ class ContextWindow(BaseModel):
         return len(self.messages)
 
 
+def repeated_id(messages: Iterable[StoredMessage]) -> tuple[str, int] | None:
+    """The first message whose id an earlier one of ``messages`` has, if any.
+
+    Message ids are unique within a conversation. Returns ``(problem, seq)``: what is
+    wrong, naming both seqs, and the repeat's seq; ``None`` when every id is unique.
+    """
+    seen: dict[str, int] = {}
+    for m in messages:
+        first = seen.setdefault(m.id, m.seq)
+        if first != m.seq:
+            return (f"message id {m.id!r} is the id of seq {first} and of seq {m.seq}: "
+                    "message ids are unique within a conversation", m.seq)
+    return None
+
+
 class ConversationState(BaseModel):
     """A versioned, JSON-serialisable snapshot of one conversation.
 
@@ -835,19 +850,15 @@ class ConversationState(BaseModel):
         seqs = [m.seq for m in self.messages]
         if seqs != sorted(set(seqs)):
             raise ValueError("state messages must have unique seqs in increasing order")
-        ids: dict[str, int] = {}
         for m in self.messages:
             if m.conversation_id != self.conversation.id:
                 raise ValueError(
                     f"message seq {m.seq} belongs to {m.conversation_id!r}, "
                     f"not {self.conversation.id!r}"
                 )
-            first = ids.setdefault(m.id, m.seq)
-            if first != m.seq:
-                raise ValueError(
-                    f"message id {m.id!r} is the id of seq {first} and of seq {m.seq}: "
-                    "message ids are unique within a conversation"
-                )
+        repeat = repeated_id(self.messages)
+        if repeat is not None:
+            raise ValueError(repeat[0])
         self._check_summaries()
         return self
 

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from memstore import _base, _snapshots
+from memstore._validate import JSON_TOO_DEEP
 from memstore.errors import (
     ConflictError,
     ImportFormatError,
@@ -77,8 +78,6 @@ EXPORT_PAGE = 1000
 #: Messages written per batch on import (all batches of a conversation: one transaction).
 IMPORT_BATCH = 500
 
-#: The error of a line nested deeper than Python's JSON parser can follow.
-_TOO_DEEP = "JSON nested too deeply to read"
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 _HEADER_FIELDS = frozenset({"id", "created_at", "updated_at", "metadata", "message_count"})
@@ -289,7 +288,7 @@ class _Lines:
             except ValueError as exc:
                 raise ImportFormatError(self._no, f"not JSON: {exc}") from None
             except RecursionError:
-                raise ImportFormatError(self._no, _TOO_DEEP) from None
+                raise ImportFormatError(self._no, JSON_TOO_DEEP) from None
             if not isinstance(value, dict):
                 raise ImportFormatError(self._no, "a line must hold a JSON object")
             return self._no, value

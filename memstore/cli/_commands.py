@@ -20,6 +20,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from memstore import migrate
 from memstore._engine import default_url
+from memstore._validate import JSON_TOO_DEEP
 from memstore.cli import _output as out
 from memstore.cli._errors import FileFormatError, UsageError, validation_summary
 from memstore.errors import (
@@ -359,8 +360,6 @@ def append(args: argparse.Namespace) -> int:
     return 0
 
 
-#: The error of JSON nested deeper than Python's parser can follow.
-_TOO_DEEP = "JSON nested too deeply to read"
 
 
 def _openai_items(text: str, name: str) -> list[tuple[str, Any]]:
@@ -371,7 +370,7 @@ def _openai_items(text: str, name: str) -> list[tuple[str, Any]]:
         except json.JSONDecodeError as exc:
             raise FileFormatError(f"{name}:{exc.lineno}: not JSON: {exc.msg}") from None
         except RecursionError:
-            raise FileFormatError(f"{name}: {_TOO_DEEP}") from None
+            raise FileFormatError(f"{name}: {JSON_TOO_DEEP}") from None
         return [(f"{name}: item {i}", item) for i, item in enumerate(items, 1)]
     pairs = []
     for lineno, line in enumerate(text.splitlines(), 1):
@@ -382,7 +381,7 @@ def _openai_items(text: str, name: str) -> list[tuple[str, Any]]:
         except json.JSONDecodeError as exc:
             raise FileFormatError(f"{name}:{lineno}: not JSON: {exc.msg}") from None
         except RecursionError:
-            raise FileFormatError(f"{name}:{lineno}: {_TOO_DEEP}") from None
+            raise FileFormatError(f"{name}:{lineno}: {JSON_TOO_DEEP}") from None
     return pairs
 
 
