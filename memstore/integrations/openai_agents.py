@@ -426,9 +426,18 @@ class MemstoreSession:
             write = [_restored(popped[0]), *unmerged]
         else:
             write = merged
+        await self._write_after_pop(popped, lambda: write)
+
+    async def _write_after_pop(self, popped: list[StoredMessage],
+                               write: Callable[[], list[Message]]) -> None:
+        """Store ``write()`` after ``popped`` was removed; on failure put ``popped`` back.
+
+        The extend is one transaction, so a failure wrote nothing of it: the popped
+        message is written back unchanged before the error propagates.
+        """
         try:
-            await self._call("extend", self.session_id, write)
-        except Exception:  # the extend wrote nothing (one transaction): undo the pop
+            await self._call("extend", self.session_id, write())
+        except Exception:
             if popped:
                 await self._call("extend", self.session_id, [_restored(popped[0])])
             raise
@@ -445,11 +454,7 @@ class MemstoreSession:
             return None
         items = _items_of(popped[0])
         if len(items) > 1:
-            try:
-                await self._call("extend", self.session_id, items_to_messages(items[:-1]))
-            except Exception:  # nothing of the rest was written: put the message back
-                await self._call("extend", self.session_id, [_restored(popped[0])])
-                raise
+            await self._write_after_pop(popped, lambda: items_to_messages(items[:-1]))
         return items[-1]
 
     async def clear_session(self) -> None:
