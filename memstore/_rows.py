@@ -123,6 +123,18 @@ def to_stored(row: Any) -> StoredMessage:
     return decode_raw(row[1:], "postgresql", row[0])
 
 
+def as_utc(moment: datetime) -> datetime:
+    """``moment`` with ``timezone.utc`` as its tzinfo (naive values are taken as UTC).
+
+    psycopg returns a ``timestamptz`` in the session's time zone: ``ZoneInfo('Etc/UTC')``
+    on a server set to ``Etc/UTC``, or any other zone a client sets. Every message read
+    carries ``timezone.utc`` whichever path read it (a window, ``messages()``, a state).
+    """
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=_UTC)
+    return moment.astimezone(_UTC)
+
+
 def sqlite_time(value: Any) -> datetime:
     """A SQLite timestamp (naive UTC text, or a datetime) as an aware UTC datetime."""
     if type(value) is str and len(value) == _SQLITE_TIME_LENGTH:
@@ -135,6 +147,7 @@ def sqlite_time(value: Any) -> datetime:
 
 _SQLITE_TIME_LENGTH = len("2026-01-01 00:00:00.000000")
 _fromisoformat = datetime.fromisoformat
+_UTC = timezone.utc
 _new = object.__new__
 _set = object.__setattr__
 _STORED_FIELDS = set(StoredMessage.model_fields)
@@ -178,10 +191,8 @@ def decode_raw(row: Any, dialect: str, cid: str) -> StoredMessage:
         created_at = sqlite_time(created_at)
     else:
         meta = freeze(meta) if meta is not None else EMPTY
-        if created_at.tzinfo is None:
-            created_at = created_at.replace(tzinfo=timezone.utc)
-        elif created_at.utcoffset():
-            created_at = created_at.astimezone(timezone.utc)
+        if created_at.tzinfo is not _UTC:
+            created_at = as_utc(created_at)
     return _stored({
         "role": role,
         "content": text if text is not None else (_parts(parts) if parts is not None else None),
@@ -314,10 +325,8 @@ def to_summary(row: Sequence[Any]) -> Summary:
     cid, number, first, last, text, tokens, counter, created_at = row
     if not isinstance(created_at, datetime):  # SQLite through the DBAPI cursor
         created_at = sqlite_time(created_at)
-    elif created_at.tzinfo is None:
-        created_at = created_at.replace(tzinfo=timezone.utc)
-    elif created_at.utcoffset():
-        created_at = created_at.astimezone(timezone.utc)
+    elif created_at.tzinfo is not _UTC:
+        created_at = as_utc(created_at)
     return build_trusted(Summary, {
         "conversation_id": cid, "number": int(number), "first_seq": int(first),
         "last_seq": int(last), "text": text, "token_count": int(tokens),

@@ -659,6 +659,50 @@ def test_extreme_timestamps_read_back_in_any_postgres_session_time_zone(pg_url: 
         reader.close()
 
 
+@pytest.mark.postgres
+@pytest.mark.parametrize("zone", ["Etc/UTC", "Europe/Berlin", None])
+@pytest.mark.parametrize("injected", [False, True])
+def test_every_postgres_read_hands_out_timezone_utc(
+    pg_url: str, zone: str | None, injected: bool
+) -> None:
+    """Whatever the session's TimeZone (a server set to Etc/UTC, a client's own zone, or
+    memstore's engine left to choose), windows, messages(), states and summaries carry
+    ``timezone.utc``: the same message reads back identical on every path."""
+    import secrets
+
+    import sqlalchemy
+
+    from memstore import Summary
+
+    cid = f"tz-{zone}-{injected}-{secrets.token_hex(4)}"
+    writer = MemoryStore(pg_url, counter=FixedCounter())
+    writer.extend(cid, [Message(role="system", content="s"), Message(role="user", content="u"),
+                         Message(role="assistant", content="a")])
+    writer.summarize(cid, lambda messages: "sum", keep_tokens=0)
+    writer.close()
+    connect_args = {"options": f"-c TimeZone={zone}"} if zone else {}
+    if injected:
+        engine = sqlalchemy.create_engine(
+            pg_url.replace("postgresql://", "postgresql+psycopg://", 1),
+            connect_args=connect_args)
+        reader = MemoryStore(engine=engine, counter=FixedCounter(), cache_size=0)
+    else:
+        reader = MemoryStore(pg_url, counter=FixedCounter(), cache_size=0,
+                             connect_args=connect_args)
+    reads = [
+        *reader.messages(cid),
+        *reader.window(cid, TokenLimitedView(1000)).messages,
+        *reader.save_state(cid).messages,
+    ]
+    summaries: list[Summary] = reader.summaries(cid)
+    reader.close()
+    if injected:
+        engine.dispose()
+    assert len(reads) == 9 and len(summaries) == 1
+    for item in [*reads, *summaries]:
+        assert item.created_at.tzinfo is timezone.utc, (zone, injected, item)
+
+
 def _export(conversation: str, messages: list[dict[str, Any]]) -> str:
     header = {"memstore_export": 1, "type": "conversation", "id": conversation,
               "created_at": "2026-01-05T10:00:00Z", "updated_at": "2026-01-05T10:02:11Z",
