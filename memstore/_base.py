@@ -9,7 +9,6 @@ selection in :mod:`memstore.views`) is written once, here and there.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import inspect
 import math
@@ -533,11 +532,20 @@ class Planner:
         return Plan(_snapshots.save_state, (cid, view_config(view)),
                     snapshot=True)
 
-    def load_state(self, state: Any, conversation_id: Any, replace: Any) -> Plan:
+    def load_state(self, state: Any, conversation_id: Any, replace: Any,
+                   recounter: _snapshots.Recounter) -> Plan:
+        """The plan of loading an in-memory snapshot.
+
+        ``recounter`` recounts its messages before the transaction (the plan's
+        ``prepare``: a worker thread on the async store, past a few messages).
+        """
         parsed = coerce_state(state)
         cid = check_conversation_id(
             parsed.conversation.id if conversation_id is None else conversation_id)
-        return Plan(_snapshots.load_state, (parsed, cid, bool(replace)), write=True)
+        messages = parsed.messages
+        return Plan(_snapshots.load_state, (parsed, cid, bool(replace)), write=True,
+                    prepare=functools.partial(_snapshots.recount, recounter, messages),
+                    prepare_items=len(messages))
 
     # summaries
     def summaries(self, conversation_id: Any) -> Plan:
@@ -731,10 +739,9 @@ def restore_plan(
     planner: Planner, state: Any, conversation_id: Any, replace: Any
 ) -> tuple[Plan, Any, int]:
     """The plan of ``restore_state`` for an in-memory snapshot: (plan, recounter, count)."""
-    base = planner.load_state(state, conversation_id, replace)
     recounter = _snapshots.Recounter(planner.counter)
-    plan = dataclasses.replace(base, fn=functools.partial(base.fn, recounter=recounter))
-    return plan, recounter, len(base.args[0].messages)
+    plan = planner.load_state(state, conversation_id, replace, recounter)
+    return plan, recounter, plan.prepare_items
 
 
 def stream_target(conversation_id: Any, head: ConversationState) -> str:

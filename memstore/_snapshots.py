@@ -32,6 +32,7 @@ from memstore.models import (
 __all__ = [
     "Loader",
     "Recounter",
+    "recount",
     "check_stream_summaries",
     "load_state",
     "load_stream",
@@ -53,22 +54,27 @@ def save_state(
     )
 
 
+def recount(recounter: Recounter, messages: Sequence[StoredMessage]) -> list[StoredMessage]:
+    """``messages`` with their counts recomputed (snapshots are not trusted)."""
+    return [m.model_copy(update={"token_count": n, "token_counter": name})
+            for m, (n, name) in zip(messages, recounter.count_batch(messages))]
+
+
 def load_state(
     conn: Connection, state: ConversationState, cid: str, replace: bool,
-    recounter: Recounter | None = None,
+    recounted: list[StoredMessage] | None = None,
 ) -> Conversation:
     """Write a snapshot into conversation ``cid`` (one transaction).
 
     ``replace=True`` makes the conversation exactly the snapshot (seqs, timestamps,
     scores, token counts, client ids kept). ``replace=False`` appends the snapshot's
-    messages after the stored ones (new seqs; everything else kept).
+    messages after the stored ones (new seqs; everything else kept). ``recounted``:
+    the snapshot's messages with counts recomputed by :func:`recount`, stored instead
+    of ``state.messages``.
     """
-    src = state.messages
+    src = state.messages if recounted is None else recounted
     if src and src[-1].seq - src[0].seq + 1 != len(src):
         raise InvalidInputError("state messages must have contiguous seqs")
-    if recounter is not None:  # snapshots are not trusted: recount every message
-        src = [m.model_copy(update={"token_count": n, "token_counter": name})
-               for m, (n, name) in zip(src, recounter.count_batch(src))]
     dialect = conn.dialect.name
     existing = conn.execute(q.conversation(cid, for_update=True)).first()
     c = state.conversation

@@ -9,6 +9,7 @@ import inspect
 import itertools
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -120,11 +121,8 @@ async def test_200_coroutines_and_a_sync_thread_append_concurrently(db_url: str)
     await store.close()
 
 
-async def test_event_loop_keeps_running_during_a_large_extend(db_url: str) -> None:
-    store = AsyncMemoryStore(db_url)  # the real tiktoken counter: tokenising is real work
-    await store.setup()
-    messages = [Message.user(f"message number {i} " + "lorem ipsum dolor sit amet " * 8)
-                for i in range(10_000)]
+async def _longest_loop_gap(work: Callable[[], Awaitable[Any]]) -> tuple[float, float]:
+    """Run ``work`` beside a coroutine ticking every 2 ms: (longest gap, duration)."""
     ticks: list[float] = []
     done = asyncio.Event()
 
@@ -137,23 +135,62 @@ async def test_event_loop_keeps_running_during_a_large_extend(db_url: str) -> No
     await asyncio.sleep(0.01)
     # A full garbage collection of the test process's heap (hundreds of thousands of
     # objects by the end of the suite) holds the GIL for 100-400 ms whenever the
-    # extend's allocations trigger one: a CPython pause, not memstore blocking the loop.
+    # work's allocations trigger one: a CPython pause, not memstore blocking the loop.
     gc.collect()
     gc.disable()
     try:
         started = time.perf_counter()
-        stored = await store.extend("big", messages)
+        await work()
         duration = time.perf_counter() - started
     finally:
         gc.enable()
     done.set()
     await tick_task
-    assert len(stored) == 10_000
     during = [t for t in ticks if started <= t <= started + duration]
     points = [started, *during, started + duration]
-    longest_gap = max(b - a for a, b in itertools.pairwise(points))
     assert len(during) >= 10, (duration, len(during))
+    return max(b - a for a, b in itertools.pairwise(points)), duration
+
+
+def _large_batch() -> list[Message]:
+    return [Message.user(f"message number {i} " + "lorem ipsum dolor sit amet " * 8)
+            for i in range(10_000)]
+
+
+async def test_event_loop_keeps_running_during_a_large_extend(db_url: str) -> None:
+    store = AsyncMemoryStore(db_url)  # the real tiktoken counter: tokenising is real work
+    await store.setup()
+    messages = _large_batch()
+    stored: list[Any] = []
+
+    async def work() -> None:
+        stored.extend(await store.extend("big", messages))
+
+    longest_gap, duration = await _longest_loop_gap(work)
+    assert len(stored) == 10_000
     print(f"longest gap {longest_gap * 1000:.1f} ms during a {duration * 1000:.0f} ms extend")
+    assert longest_gap < duration / 4, (longest_gap, duration)
+    await store.close()
+
+
+async def test_event_loop_keeps_running_while_a_large_snapshot_is_recounted(
+    db_url: str,
+) -> None:
+    """load_state recounts every message of a snapshot (counts are not trusted): in a
+    worker thread, as extend tokenizes, not on the event loop."""
+    store = AsyncMemoryStore(db_url)
+    await store.extend("source", _large_batch())
+    state = (await store.save_state("source")).model_dump()
+    for message in state["messages"]:
+        message["token_count"] += 1  # stale counts: every one is recomputed
+    report: list[Any] = []
+
+    async def work() -> None:
+        report.append(await store.restore_state(state, "copy"))
+
+    longest_gap, duration = await _longest_loop_gap(work)
+    assert report[0].recounted == 10_000 and report[0].written == 10_000
+    print(f"longest gap {longest_gap * 1000:.1f} ms during a {duration * 1000:.0f} ms load")
     assert longest_gap < duration / 4, (longest_gap, duration)
     await store.close()
 
