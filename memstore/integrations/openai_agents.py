@@ -38,13 +38,22 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 from memstore.aio import AsyncMemoryStore
 from memstore.errors import ConversationNotFoundError, InvalidInputError
 from memstore.integrations._common import check_conversation, check_store, check_view
-from memstore.models import Message, StoredMessage, TextPart, ToolCall
+from memstore.models import (
+    Conversation,
+    ConversationState,
+    Message,
+    StoredMessage,
+    TextPart,
+    ToolCall,
+)
 from memstore.store import MemoryStore
 from memstore.views import ContextView
 
@@ -63,11 +72,15 @@ Item = dict[str, Any]
 
 #: Item types the Responses API only accepts with a ``call_id`` (what pairs a call with
 #: its output): one without a string ``call_id`` is refused, never stored unpaired.
+#: ``local_shell_call_output`` too: the openai package's type names only an ``id``, but
+#: the API and the Agents SDK pair it with its ``local_shell_call`` by ``call_id`` (the
+#: SDK writes ``{"type": "local_shell_call_output", "call_id": ..., "output": ...}``);
+#: an ``id`` is the item's own id, never read as the call it answers.
 _CALL_ID_TYPES = frozenset({
     "function_call", "function_call_output",
     "computer_call", "computer_call_output",
     "custom_tool_call", "custom_tool_call_output",
-    "local_shell_call",
+    "local_shell_call", "local_shell_call_output",
     "shell_call", "shell_call_output",
     "apply_patch_call", "apply_patch_call_output",
 })
@@ -382,7 +395,8 @@ class MemstoreSession:
         """Store items at the end of the session.
 
         Items that continue the newest stored model response (its calls, reasoning or
-        text written in a later call) are merged into that response's message.
+        text written in a later call) are merged into that response's message, which
+        keeps its identity (see :meth:`pop_item`).
 
         Raises:
             InvalidInputError: an item is not a JSON object, has an unknown role, or is
@@ -401,60 +415,114 @@ class MemstoreSession:
                 # Built (and validated) from the message as read, before anything is
                 # removed: a merge that cannot be stored raises here and changes nothing.
                 merged = items_to_messages(_items_of(newest[0]) + plain)
-                await self._replace_newest(newest[0], merged, messages)
+                await self._replace_newest(newest[0], self._rewrite(newest[0], merged),
+                                           messages)
                 return
         await self._call("extend", self.session_id, messages)
 
-    async def _replace_newest(self, expected: StoredMessage, merged: list[Message],
+    async def _replace_newest(self, expected: StoredMessage, merged: list[StoredMessage],
                               unmerged: list[Message]) -> None:
         """Replace the newest message (``expected``) with ``merged``.
 
         memstore's public API has no single-transaction "replace the newest message"
-        (``load_state`` rewrites the whole conversation, which costs what it holds),
-        so this is a ``pop`` and an ``extend``: two transactions. Everything that can
-        fail on the data was checked before the pop (``merged`` is built and
-        validated); if the write still fails (a database error), the popped message
-        is written back, unchanged, before the error propagates. Between the two
-        transactions a concurrent reader can see the conversation without that
+        (``load_state`` with ``replace=True`` rewrites the whole conversation, which
+        costs what it holds), so this is a ``pop`` and an append: two transactions.
+        Everything that can fail on the data was checked before the pop (``merged`` is
+        built and validated); if the write still fails (a database error), the popped
+        message is written back, unchanged, before the error propagates. Between the
+        two transactions a concurrent reader can see the conversation without that
         message for a moment.
         """
         popped: list[StoredMessage] = await self._call("pop", self.session_id, 1)
         if not popped:  # cleared meanwhile: the new items start a response of their own
-            write = unmerged
-        elif popped[0].id != expected.id:
-            # another writer got there first: put its message back as it was, do not merge
-            write = [_restored(popped[0]), *unmerged]
-        else:
-            write = merged
-        await self._write_after_pop(popped, lambda: write)
+            await self._call("extend", self.session_id, unmerged)
+            return
+        newest = popped[0]
+
+        def write() -> list[StoredMessage]:
+            if newest.id != expected.id:
+                # another writer got there first: put its message back as it was, and
+                # the items after it, not merged
+                return [newest, *self._new(unmerged)]
+            # (a set_score, pin or unpin since the read is kept too)
+            return [merged[0].model_copy(update={"score": newest.score,
+                                                 "pinned": newest.pinned}), *merged[1:]]
+
+        await self._write_after_pop(popped, write)
 
     async def _write_after_pop(self, popped: list[StoredMessage],
-                               write: Callable[[], list[Message]]) -> None:
-        """Store ``write()`` after ``popped`` was removed; on failure put ``popped`` back.
+                               write: Callable[[], list[StoredMessage]]) -> None:
+        """Append ``write()`` after ``popped`` was removed; on failure put ``popped`` back.
 
-        The extend is one transaction, so a failure wrote nothing of it: the popped
-        message is written back unchanged before the error propagates.
+        The append is one transaction, so a failure wrote nothing of it: the popped
+        message is written back unchanged (same id, created_at, score, pinned and
+        metadata) before the error propagates.
         """
         try:
-            await self._call("extend", self.session_id, write())
+            await self._append_as_stored(write())
         except Exception:
             if popped:
-                await self._call("extend", self.session_id, [_restored(popped[0])])
+                await self._append_as_stored(popped[:1])
             raise
+
+    async def _append_as_stored(self, messages: Sequence[StoredMessage]) -> None:
+        """Append ``messages`` in one transaction, everything but their seqs kept.
+
+        Ids, ``created_at``, scores, pins and metadata stay; the seqs are the next free
+        ones. ``extend`` cannot do it (it stamps ``created_at``), so this is ``load_state``
+        with ``replace=False``, which appends a snapshot's messages after the stored
+        ones with everything but the seq kept; token counts are recounted. The
+        snapshot's conversation row is only used if the conversation was deleted
+        meanwhile (then, as ``extend`` would, the write creates it).
+        """
+        if not messages:
+            return
+        now = datetime.now(timezone.utc)
+        state = ConversationState(
+            conversation=Conversation(id=self.session_id, created_at=now, updated_at=now),
+            messages=[m.model_copy(update={"conversation_id": self.session_id, "seq": seq})
+                      for seq, m in enumerate(messages, start=1)],
+        )
+        await self._call("load_state", state, self.session_id, replace=False)
+
+    def _rewrite(self, like: StoredMessage, messages: list[Message]) -> list[StoredMessage]:
+        """``messages`` as stored messages; the first one replaces ``like``.
+
+        The first keeps ``like``'s identity: its id (free again once ``like`` is
+        popped), ``created_at``, score, pin, name and metadata (the items stash
+        replaced). The others are new messages: a new UUID and the current time.
+        Raises ``pydantic.ValidationError`` when they cannot be stored.
+        """
+        first = _as_stored(messages[0], self.session_id, self.store.counter.name, {
+            "id": like.id, "created_at": like.created_at, "score": like.score,
+            "pinned": like.pinned, "name": like.name,
+            "metadata": {**like.metadata, **messages[0].metadata}})
+        return [first, *self._new(messages[1:])]
+
+    def _new(self, messages: Sequence[Message]) -> list[StoredMessage]:
+        now = datetime.now(timezone.utc)
+        return [_as_stored(m, self.session_id, self.store.counter.name,
+                           {"id": m.id or str(uuid.uuid4()), "created_at": now})
+                for m in messages]
 
     async def pop_item(self) -> Item | None:
         """Remove and return the newest item (``None`` when the session is empty).
 
         When the newest message holds several items of one model response, it is
-        rewritten without its last item (a pop and a write, two transactions: if the
-        write fails, the message is put back as it was before the error propagates).
+        rewritten without its last item and keeps its identity: the same message id,
+        ``created_at``, score, pin and metadata (only its items and the chat fields
+        made from them change; its seq is the same unless a concurrent write came in
+        between). This is a pop and a write, two transactions: if the write fails, the
+        message is put back as it was before the error propagates.
         """
         popped = await self._or_empty("pop", [], 1)
         if not popped:
             return None
         items = _items_of(popped[0])
         if len(items) > 1:
-            await self._write_after_pop(popped, lambda: items_to_messages(items[:-1]))
+            # the items of one model response: items_to_messages makes them one message
+            await self._write_after_pop(
+                popped, lambda: self._rewrite(popped[0], items_to_messages(items[:-1])))
         return items[-1]
 
     async def clear_session(self) -> None:
@@ -462,9 +530,17 @@ class MemstoreSession:
         await self._or_empty("clear", 0)
 
 
-def _restored(message: StoredMessage) -> Message:
-    """``message`` as written (same id, fields and metadata), to write it back."""
-    return Message.model_validate(message.model_dump(include=set(Message.model_fields)))
+def _as_stored(message: Message, conversation_id: str, counter: str,
+               fields: Mapping[str, Any]) -> StoredMessage:
+    """``message`` as a :class:`StoredMessage` with ``fields`` set (validated).
+
+    Its seq and token count are placeholders: an append gives it the next seq and
+    recounts it (with ``counter``, the store's).
+    """
+    return StoredMessage.model_validate({
+        **{name: getattr(message, name) for name in Message.model_fields}, **fields,
+        "conversation_id": conversation_id, "seq": 1, "token_count": 0,
+        "token_counter": counter})
 
 
 def _newest_units(messages: Sequence[StoredMessage | Message], limit: int

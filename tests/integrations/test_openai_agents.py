@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from memstore import (
     AsyncMemoryStore,
+    ContextBudgetError,
     FixedCounter,
     InvalidInputError,
     MemoryStore,
@@ -27,7 +28,7 @@ from tests.integrations import assert_constructor_refuses_what_the_store_would, 
 
 agents = require("agents")
 agents.set_tracing_disabled(True)  # no trace export: the tests never touch the network
-from agents import Agent, Runner, Usage, function_tool  # noqa: E402
+from agents import Agent, LocalShellTool, Runner, Usage, function_tool  # noqa: E402
 from agents.items import ModelResponse  # noqa: E402
 from agents.models.interface import Model  # noqa: E402
 from openai.types.responses import (  # noqa: E402
@@ -35,6 +36,10 @@ from openai.types.responses import (  # noqa: E402
     ResponseOutputMessage,
     ResponseOutputText,
     ResponseReasoningItem,
+)
+from openai.types.responses.response_output_item import (  # noqa: E402
+    LocalShellCall,
+    LocalShellCallAction,
 )
 from openai.types.responses.response_reasoning_item import Summary  # noqa: E402
 
@@ -60,6 +65,12 @@ def fcall(call_id: str, a: int, b: int) -> ResponseFunctionToolCall:
     # id "1" on every item, as the SDK's FakeModel does: ids are not unique
     return ResponseFunctionToolCall(id="1", type="function_call", call_id=call_id, name="add",
                                     arguments=json.dumps({"a": a, "b": b}))
+
+
+def shell_call(call_id: str, command: str) -> LocalShellCall:
+    return LocalShellCall(id="lsc_1", type="local_shell_call", call_id=call_id,
+                          status="completed",
+                          action=LocalShellCallAction(type="exec", command=[command], env={}))
 
 
 def reasoning(t: str) -> ResponseReasoningItem:
@@ -102,16 +113,20 @@ async def close(store: Any) -> None:
 
 
 def assert_valid_history(items: list[dict[str, Any]]) -> None:
-    """Every function_call is answered, every output follows its call (Responses API rule)."""
-    calls: dict[str, int] = {}
+    """Every call is answered by an output of its type (``function_call`` by
+    ``function_call_output``, ``local_shell_call`` by ``local_shell_call_output``, ...)
+    with its ``call_id``, after it (the Responses API rule)."""
+    calls: dict[str, tuple[int, str]] = {}
     outputs: dict[str, int] = {}
     for index, item in enumerate(items):
-        if item.get("type") == "function_call":
-            calls[item["call_id"]] = index
-        elif item.get("type") == "function_call_output":
+        kind = str(item.get("type", "message"))
+        if kind.endswith("_call_output"):
             assert item["call_id"] in calls, f"orphan output {item['call_id']}"
-            assert calls[item["call_id"]] < index
+            call_index, call_kind = calls[item["call_id"]]
+            assert call_kind == kind.removesuffix("_output") and call_index < index
             outputs[item["call_id"]] = index
+        elif kind.endswith("_call") and "call_id" in item:
+            calls[item["call_id"]] = (index, kind)
     assert set(calls) == set(outputs), f"unanswered calls: {set(calls) - set(outputs)}"
 
 
@@ -178,6 +193,54 @@ async def test_runner_accepts_a_budgeted_window(store: Any) -> None:
     await Runner.run(agent, "next", session=reader)
     seen = model.inputs[-1]
     assert seen[:-1] == window_items
+    assert_valid_history(seen)
+
+
+async def test_local_shell_call_and_output_stay_one_unit(store: Any, db_url: str) -> None:
+    outputs: list[list[Any]] = []
+    for n in range(4):
+        outputs += [[shell_call(f"sh{n}", f"echo {n}")], [text(f"ran {n}")]]
+    model = ScriptedModel(outputs)
+    shell = LocalShellTool(executor=lambda request: f"out {request.data.action.command[0]}")
+    agent = Agent(name="sh", instructions="Use the shell.", model=model, tools=[shell])
+    writer = MemstoreSession("shell", store)
+    for n in range(4):
+        await Runner.run(agent, f"run {n}", session=writer)
+    everything = await writer.get_items()
+    # the SDK links the output to its call by call_id (the call's id is "lsc_1" each time)
+    assert [i["call_id"] for i in everything if i.get("type") == "local_shell_call_output"
+            ] == [f"sh{n}" for n in range(4)]
+    assert_valid_history(everything)
+    stored = await call(store.messages("shell"))
+    assert [m.role for m in stored[:4]] == ["user", "assistant", "tool", "assistant"]
+    assert [m.tool_call_ids for m in stored if m.tool_calls] == [(f"sh{n}",) for n in range(4)]
+    assert [m.tool_call_id for m in stored if m.role == "tool"] == [f"sh{n}" for n in range(4)]
+
+    again = reopen(store, db_url)
+    try:
+        assert await MemstoreSession("shell", again).get_items() == everything
+        # every budget: a window trims whole units, never a call without its output
+        total = (await call(again.window("shell", UnboundedView()))).token_count
+        kept_calls = set()
+        for budget in range(1, total + 1):
+            reader = MemstoreSession("shell", again, view=TokenLimitedView(token_limit=budget))
+            try:
+                window_items = await reader.get_items()
+            except ContextBudgetError:
+                continue
+            assert window_items == everything[len(everything) - len(window_items):]
+            assert_valid_history(window_items)
+            kept_calls.add(sum(i.get("type") == "local_shell_call" for i in window_items))
+        assert kept_calls == {0, 1, 2, 3, 4}
+    finally:
+        await close(again)
+
+    # the runner hands a trimmed window to the model: whole shell units only
+    model.outputs = [[text("ok")]]
+    reader = MemstoreSession("shell", store, view=TokenLimitedView(token_limit=total // 2))
+    await Runner.run(agent, "next", session=reader)
+    seen = model.inputs[-1]
+    assert 0 < sum(i.get("type") == "local_shell_call" for i in seen) < 4
     assert_valid_history(seen)
 
 
@@ -315,34 +378,150 @@ async def test_a_merge_that_cannot_be_stored_changes_nothing(store: Any) -> None
     assert (await call(store.messages("merge-fail")))[-1].tool_call_ids == ("c1", "c2")
 
 
+def identity(message: Any) -> tuple[Any, ...]:
+    """What a rewrite of a stored message keeps (its items and chat fields aside)."""
+    return (message.seq, message.id, message.created_at, message.score, message.pinned,
+            message.name, {k: v for k, v in message.metadata.items() if k != "openai_agents"})
+
+
 async def test_a_failed_merge_write_puts_the_response_back(store: Any, monkeypatch: Any) -> None:
     session = MemstoreSession("merge-db-fail", store)
     await session.add_items([{"role": "user", "content": "hi"},
                              {"type": "reasoning", "id": "rs", "summary": []},
                              {"type": "function_call", "call_id": "c1", "name": "f",
                               "arguments": "{}"}])
+    await call(store.pin("merge-db-fail", 2))
     before = await session.get_items()
-    extend = store.extend
-    failures = [RuntimeError("database went away")]  # the next extend fails, once
+    stored_before = await call(store.messages("merge-db-fail"))
+    failures = [RuntimeError("database went away")]  # the next write fails, once
 
-    def failing_extend(*args: Any, **kwargs: Any) -> Any:
-        if failures:
-            raise failures.pop()
-        return extend(*args, **kwargs)
+    def failing(write: Any) -> Any:
+        def failing_write(*args: Any, **kwargs: Any) -> Any:
+            if failures:
+                raise failures.pop()
+            return write(*args, **kwargs)
+        return failing_write
 
-    monkeypatch.setattr(store, "extend", failing_extend)
+    for name in ("extend", "append", "load_state", "restore_state"):
+        monkeypatch.setattr(store, name, failing(getattr(store, name)))
     with pytest.raises(RuntimeError, match="went away"):
         await session.add_items([{"type": "function_call", "call_id": "c2", "name": "f",
                                   "arguments": "{}"}])
     assert await session.get_items() == before
+    # put back as it was: same id, created_at, score, pin and metadata
+    assert await call(store.messages("merge-db-fail")) == stored_before
     # pop_item rewrites the response without its last item: a failed rewrite puts it back
     failures.append(RuntimeError("database went away"))
     with pytest.raises(RuntimeError, match="went away"):
         await session.pop_item()
     monkeypatch.undo()
     assert await session.get_items() == before
+    assert await call(store.messages("merge-db-fail")) == stored_before
     assert await session.pop_item() == before[-1]
     assert await session.get_items() == before[:-1]
+    assert identity((await call(store.messages("merge-db-fail")))[-1]) == identity(
+        stored_before[-1])
+
+
+async def test_pop_item_rewrite_keeps_the_message_identity(store: Any) -> None:
+    # a reasoning model's final answer: one response, two items, one stored message
+    model = ScriptedModel([[reasoning("think"), text("first answer")], [text("again")]])
+    agent = Agent(name="a", instructions="x", model=model)
+    session = MemstoreSession("identity", store)
+    await Runner.run(agent, "question", session=session)
+    items = await session.get_items()
+    stored = await call(store.messages("identity"))
+    assert [m.role for m in stored] == ["user", "assistant"]
+    await call(store.set_score("identity", 2, 4.5))
+    await call(store.pin("identity", 2))
+    response = await call(store.get_message("identity", 2))
+
+    # the SDK's correction pattern: take the answer back (the reasoning stays)
+    popped = await session.pop_item()
+    assert popped == items[-1]
+    assert await session.get_items() == items[:-1]
+    rewritten = await call(store.get_message("identity", 2))
+    assert identity(rewritten) == identity(response)
+    assert rewritten.score == 4.5 and rewritten.pinned
+    assert rewritten.metadata["openai_agents"] == {"items": items[1:-1]}
+    assert rewritten.token_count < response.token_count  # recounted without the answer
+    assert await call(store.count_tokens("identity")) == sum(
+        m.token_count for m in await call(store.messages("identity")))
+
+    # put back, the answer merges into the same message again: still the same message
+    await session.add_items([popped])
+    assert await session.get_items() == items
+    merged = await call(store.messages("identity"))
+    assert len(merged) == 2
+    assert identity(merged[1]) == identity(response)
+    assert merged[1].token_count == response.token_count
+
+    # still pinned: a budget that leaves the question out keeps the response
+    filler = [{"role": "user" if n % 2 == 0 else "assistant",
+               "content": f"filler {n} " + " ".join(["word"] * 8)} for n in range(6)]
+    await session.add_items(filler)
+    reader = MemstoreSession("identity", store, view=TokenLimitedView(token_limit=50))
+    await Runner.run(agent, "once more", session=reader)
+    seen = model.inputs[-1]
+    assert seen[:2] == items[1:]  # the pinned response (reasoning and answer)
+    assert seen[2:-1] == filler[-len(seen[2:-1]):] and 0 < len(seen[2:-1]) < len(filler)
+
+
+async def test_a_merge_keeps_the_message_identity(store: Any) -> None:
+    session = MemstoreSession("merge-identity", store)
+    await session.add_items([{"role": "user", "content": "two things"},
+                             {"type": "function_call", "call_id": "a", "name": "f",
+                              "arguments": "{}"}])
+    await call(store.set_score("merge-identity", 2, 0.25))
+    response = await call(store.get_message("merge-identity", 2))
+    # the rest of the response, its outputs and the next question, in one write
+    await session.add_items([
+        {"type": "function_call", "call_id": "b", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "a", "output": "1"},
+        {"type": "function_call_output", "call_id": "b", "output": "2"},
+        {"role": "user", "content": "thanks"},
+    ])
+    stored = await call(store.messages("merge-identity"))
+    assert [m.role for m in stored] == ["user", "assistant", "tool", "tool", "user"]
+    assert stored[1].tool_call_ids == ("a", "b")
+    assert identity(stored[1]) == identity(response)
+    # the messages after it are new ones, each with an id of its own
+    assert len({m.id for m in stored}) == 5
+    assert all(m.created_at >= response.created_at for m in stored[2:])
+    assert await call(store.count_tokens("merge-identity")) == sum(
+        m.token_count for m in stored)
+
+
+async def test_a_concurrent_write_is_not_merged_and_keeps_its_identity(
+        store: Any, db_url: str, counter: Any, monkeypatch: Any) -> None:
+    session = MemstoreSession("race", store)
+    await session.add_items([{"role": "user", "content": "q"},
+                             {"type": "function_call", "call_id": "a", "name": "f",
+                              "arguments": "{}"}])
+    pop = store.pop
+    theirs: list[Any] = []
+
+    def pop_after_another_writer(*args: Any, **kwargs: Any) -> Any:
+        # another writer appends between the session's read and its pop
+        other = MemoryStore(db_url, counter=counter)
+        try:
+            theirs.append(other.append("race", {"role": "assistant", "content": "other",
+                                                "metadata": {"openai_agents": {"items": [
+                                                    {"role": "assistant",
+                                                     "content": "other"}]}},
+                                                "score": 3.0, "pinned": True}))
+        finally:
+            other.close()
+        monkeypatch.setattr(store, "pop", pop)
+        return pop(*args, **kwargs)
+
+    monkeypatch.setattr(store, "pop", pop_after_another_writer)
+    await session.add_items([{"type": "function_call", "call_id": "b", "name": "f",
+                              "arguments": "{}"}])
+    stored = await call(store.messages("race"))
+    assert [m.role for m in stored] == ["user", "assistant", "assistant", "assistant"]
+    assert [m.tool_call_ids for m in stored] == [(), ("a",), (), ("b",)]
+    assert stored[2] == theirs[0]  # put back exactly as it was written
 
 
 @pytest.mark.parametrize("item", [
@@ -356,6 +535,8 @@ async def test_a_failed_merge_write_puts_the_response_back(store: Any, monkeypat
     {"type": "custom_tool_call", "name": "g", "input": "raw"},
     {"type": "custom_tool_call_output", "output": "ok"},
     {"type": "shell_call_output", "output": []},
+    # the openai package's type names only an id: the API pairs the output by call_id
+    {"type": "local_shell_call_output", "id": "sh1", "output": "ok"},
 ])
 async def test_calls_without_a_call_id_are_refused(store: Any, item: dict[str, Any]) -> None:
     session = MemstoreSession("no-call-id", store)
