@@ -88,14 +88,16 @@ class Fold(NamedTuple):
 def plan_fold(source: HistorySource, keep_tokens: int, counter: TokenCounter) -> Fold:
     """Choose the units a new summary folds in (pure: reads ``source``, writes nothing).
 
-    Walks the units newer than the latest summary's range newest-first. Complete,
-    non-anchored units are kept out of the summary while their tokens total at most
-    ``keep_tokens``; the first that does not fit and every older complete,
-    non-anchored unit down to the previous range are folded, and the new range ends
-    at that first unit's last seq. Anchored units (every view keeps them) and
-    incomplete units (never sent anywhere) are not folded, but a range may cover
-    them; a pending call at the end is never covered, since it is newer than every
-    complete unit. Units are never split. Reads the kept and the folded units only.
+    Walks the units newer than the latest summary's range newest-first. The newest
+    complete, non-anchored unit is never folded (every view keeps the turn being
+    answered, so a summary must not stand for it), whatever its size; older ones are
+    kept out of the summary while the kept tokens total at most ``keep_tokens``; the
+    first that does not fit and every older complete, non-anchored unit down to the
+    previous range are folded, and the new range ends at that first unit's last seq.
+    Anchored units (every view keeps them) and incomplete units (never sent
+    anywhere) are not folded, but a range may cover them; a pending call at the end
+    is never covered, since it is newer than every complete unit. Units are never
+    split. Reads the kept and the folded units only.
     """
     previous = _latest_summary(source)
     floor = source.first_seq
@@ -108,6 +110,7 @@ def plan_fold(source: HistorySource, keep_tokens: int, counter: TokenCounter) ->
         source, floor=floor, first_page=_budget_page(source, max(keep_tokens, 1))
     ))
     kept = 0
+    newest = True  # the newest complete, non-anchored unit: kept whatever its size
     cut: int | None = None
     folded: list[StoredMessage] = []
     for unit in units:
@@ -115,7 +118,8 @@ def plan_fold(source: HistorySource, keep_tokens: int, counter: TokenCounter) ->
             continue
         if cut is None:
             tokens = unit.tokens(counter)
-            if kept + tokens <= keep_tokens:
+            if newest or kept + tokens <= keep_tokens:
+                newest = False
                 kept += tokens
                 continue
             cut = unit.last_seq + 1

@@ -145,8 +145,9 @@ async def test_summarize_keeps_tool_units_whole_and_skips_incomplete_ones(store:
     await call(store.append("c", Message.tool("P", tool_call_id="p")))  # 10
     await call(store.append("c", Message.user("next")))                 # 11
     summary = await call(store.summarize("c", folder, keep_tokens=0))
-    assert [m.seq for m in folder.calls[1][1:]] == [8, 9, 10, 11]  # type: ignore[attr-defined]
-    assert summary.last_seq == 11
+    # keep_tokens=0 still keeps the newest unit ("next", the turn being answered)
+    assert [m.seq for m in folder.calls[1][1:]] == [8, 9, 10]  # type: ignore[attr-defined]
+    assert summary.last_seq == 10
 
 
 async def test_summarize_with_nothing_old_enough_writes_nothing(store: Any) -> None:
@@ -306,13 +307,17 @@ async def test_summary_view_budget_errors(store: Any) -> None:
         await call(store.window("c", SummaryView(token_limit=50)))
     # system 6 + summary (3 + 4 template words + 50) + newest unit 5 + priming 3
     assert info.value.required == 6 + 57 + 5 + 3 and info.value.budget == 50
-    # everything summarized: anchored + summary alone must fit
+    # everything summarized but the newest unit (the turn being answered), which
+    # keep_tokens=0 still keeps: anchored + summary + newest unit must fit
     await call(store.summarize("c", lambda ms: "short", keep_tokens=0))
-    window = await call(store.window("c", SummaryView(token_limit=30)))
-    assert window.seqs == [1] and window.report.unsummarized == 0
-    assert window.messages[-1].text == "Summary of messages 2–21: short"
-    with pytest.raises(ContextBudgetError):
-        await call(store.window("c", SummaryView(token_limit=15)))
+    window = await call(store.window("c", SummaryView(token_limit=22)))
+    assert window.seqs == [1, 21] and window.report.unsummarized == 0
+    assert window.messages[1].text == "Summary of messages 2–20: short"
+    # system 6 + summary 8 + newest unit 5 + priming 3
+    assert window.token_count == 22
+    with pytest.raises(ContextBudgetError) as info:
+        await call(store.window("c", SummaryView(token_limit=21)))
+    assert info.value.required == 22
 
 
 async def test_summary_view_reads_only_the_summary_and_the_tail(store: Any) -> None:

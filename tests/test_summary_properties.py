@@ -9,6 +9,7 @@ chain's latest summary, or with a hand-made summary ending anywhere.
 
 from __future__ import annotations
 
+import contextlib
 from datetime import datetime, timezone
 from typing import Any
 
@@ -66,14 +67,18 @@ def build_chain(case: Case, steps: list[tuple[int, int]]) -> tuple[list[Summary]
         region = [m for m in prefix if m.seq >= floor]
         candidates = foldable(naive_units(region))
         if not fold.messages:
-            # every complete, non-anchored unit since the previous summary fits the kept tokens
-            assert sum(tokens(u, counter) for u in candidates) <= keep
+            # every complete, non-anchored unit since the previous summary fits the kept
+            # tokens, or there is only the newest one, which is never folded
+            assert len(candidates) <= 1 or sum(tokens(u, counter) for u in candidates) <= keep
             continue
         cut = fold.last_seq + 1
         kept = [u for u in candidates if max(m.seq for m in u[0]) >= cut]
         older = [u for u in candidates if max(m.seq for m in u[0]) < cut]
-        # the kept units hold at most keep_tokens; the newest folded one would not fit
-        assert sum(tokens(u, counter) for u in kept) <= keep
+        # the newest unit is kept whatever its size (never summarized away); the kept
+        # units hold at most keep_tokens unless it alone exceeds them; the newest folded
+        # one would not fit
+        assert kept and kept[-1] is candidates[-1]
+        assert len(kept) == 1 or sum(tokens(u, counter) for u in kept) <= keep
         assert sum(tokens(u, counter) for u in kept) + tokens(older[-1], counter) > keep
         assert max(m.seq for m in older[-1][0]) == cut - 1
         # exactly the complete, non-anchored units older than the cut, whole
@@ -207,6 +212,15 @@ def test_summary_view_over_a_summarized_conversation(
     view = SummaryView(**params) if template is None else SummaryView(**params,
                                                                        template=template)
     check_summary_view(view, case, chain)
+    # summarize never folds the turn being answered: the newest complete, non-anchored
+    # unit of the summarized prefix is in every window over it that fits
+    length = min(len(case.messages), sum(grow for grow, _ in steps))
+    prefix = case.messages[:length]
+    newest = foldable(naive_units(prefix))
+    if newest and not refuses_tools(view, prefix, case.counter, summaries=chain):
+        with contextlib.suppress(ContextBudgetError):
+            window = view.apply(prefix, case.counter, summaries=chain)
+            assert seqs_of(newest[-1:]) <= set(window.seqs)
 
 
 @SUMMARY_PROPS
