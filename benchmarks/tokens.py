@@ -22,6 +22,7 @@ peer that calls tiktoken internally (LlamaIndex's default tokenizer does).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 from collections.abc import Iterable, Sequence
@@ -156,8 +157,9 @@ class _Base:
 class Cl100kFormula(_Base):
     """OpenAI's chat-format count with cl100k_base, written by hand.
 
-    ``3 + len(role) + len(text) [+ len(name) + 1] [+ len(tool_call_id)]
-    + sum(3 + len(call name) + len(arguments))`` per message, ``+ 3`` per request.
+    ``3 + len(role) + len(text) [+ len(name) + 1] [+ len(tool_call_id)]`` per message,
+    ``+ 3 + len(call name) + len(arguments)`` for one tool call, ``+ 14 + len(the
+    multi_tool_use.parallel JSON)`` for several, ``+ 3`` per request.
     """
 
     name = "bench/cl100k_base"
@@ -182,8 +184,17 @@ class Cl100kFormula(_Base):
             n += len(enc(name)) + 1
         if tool_call_id:
             n += len(enc(tool_call_id))
-        for _id, fname, args in calls:
+        if len(calls) == 1:
+            _id, fname, args = calls[0]
             n += 3 + len(enc(fname)) + len(enc(args))
+        elif calls:
+            # parallel calls: 14 + the model's multi_tool_use.parallel JSON
+            uses = ",".join(
+                '{"recipient_name":' + json.dumps("functions." + fname, ensure_ascii=False)
+                + ',"parameters":' + (args or "{}") + "}"
+                for _id, fname, args in calls
+            )
+            n += 14 + len(enc('{"tool_uses":[' + uses + "]}"))
         return n
 
 

@@ -199,9 +199,10 @@ class Block:
         max_tokens: a cap (>= 1): the block gets ``min(max_tokens, remaining)``.
         cache_control: a JSON object (e.g. ``{"type": "ephemeral"}``) stamped on a
             copy of the block's last output message (metadata
-            ``{"memstore": {"cache_control": ...}}``, and ``cache_control`` on the last
-            content part in :meth:`CompiledContext.to_openai`). Not interpreted
-            otherwise.
+            ``{"memstore": {"cache_control": ...}}``). :meth:`CompiledContext.to_anthropic`
+            puts it on the last content block; :meth:`CompiledContext.to_openai` leaves it
+            out unless asked (``cache_control=True``) for an Anthropic-compatible
+            gateway. Not interpreted otherwise.
 
     Raises:
         ConfigurationError: (a ``ValueError``) ``strategy=None``, both or neither of
@@ -340,14 +341,24 @@ class CompiledContext(BaseModel):
     max_tokens: int
     report: CompileReport
 
-    def to_openai(self, *, cache_control: bool = True) -> list[dict[str, Any]]:
+    def to_openai(self, *, cache_control: bool = False) -> list[dict[str, Any]]:
         """Return the messages as OpenAI Chat Completions message dicts.
 
-        A message stamped with a block's ``cache_control`` renders its content as
-        text parts with ``cache_control`` on the last one (the form
-        Anthropic-compatible gateways read); pass ``cache_control=False`` for plain
-        OpenAI output. A stamped message without content (a tool call) is rendered
-        plainly.
+        By default the output is what OpenAI's Chat Completions API accepts: a block's
+        ``cache_control`` is left out. It is an Anthropic field that no Chat
+        Completions content part has (the API's text part is ``{"type", "text"}``
+        only; OpenAI caches prompt prefixes on its own), and endpoints that validate
+        request objects strictly refuse unknown fields with a 400 (reported: Azure
+        OpenAI's "Unrecognized request argument supplied: cache_control", Chat
+        Completions' "Additional properties are not allowed ... - 'messages.0'" on
+        older models, the Responses API's "Unknown parameter:
+        'input[0].content[0].cache_control'"); LiteLLM strips it before calling
+        OpenAI for that reason.
+
+        ``cache_control=True`` renders a stamped message's content as text parts with
+        ``cache_control`` on the last one, the form Anthropic-compatible gateways
+        (OpenRouter, LiteLLM) read; send that only to such a gateway. A stamped
+        message without content (a tool call) is rendered plainly either way.
         """
         out: list[dict[str, Any]] = []
         for m in self.messages:

@@ -581,10 +581,12 @@ def test_cache_control_is_stamped_on_a_copy_of_the_last_output_message() -> None
                              "mine": True}
     assert "cache_control" not in str(compiled.messages[0].metadata)
     assert block.messages is not None and block.messages[-1].metadata == system.metadata
-    rendered = compiled.to_openai()
+    rendered = compiled.to_openai(cache_control=True)
     assert rendered[0] == {"role": "system", "content": "intro"}
     assert rendered[1] == {"role": "system", "content": [
         {"type": "text", "text": "rules", "cache_control": {"type": "ephemeral"}}]}
+    # plain OpenAI output by default: no content part of the Chat Completions API has it
+    assert compiled.to_openai()[1] == {"role": "system", "content": "rules"}
     assert compiled.to_openai(cache_control=False)[1] == {"role": "system", "content": "rules"}
 
 
@@ -595,11 +597,12 @@ def test_cache_control_goes_on_the_last_block_output_after_truncation() -> None:
     compiled = ContextBuilder(8, counter=C).add_block(block).compile()
     assert [m.text for m in compiled.messages] == ["w w w", "last one"]
     assert compiled.messages[-1].metadata["memstore"] == {"cache_control": {"type": "ephemeral"}}
-    parts = compiled.to_openai()[-1]["content"]
+    parts = compiled.to_openai(cache_control=True)[-1]["content"]
     assert parts[-1]["cache_control"] == {"type": "ephemeral"}
     multi = Block("m", tier=1, strategy=Drop(), cache_control={"type": "ephemeral"},
                   messages=[Message.user([TextPart(text="a"), TextPart(text="b")])])
-    rendered = ContextBuilder(20, counter=C).add_block(multi).compile().to_openai()
+    rendered = ContextBuilder(20, counter=C).add_block(multi).compile().to_openai(
+        cache_control=True)
     assert rendered[0]["content"] == [{"type": "text", "text": "a"},
                                       {"type": "text", "text": "b",
                                        "cache_control": {"type": "ephemeral"}}]

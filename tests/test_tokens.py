@@ -423,9 +423,12 @@ def test_tool_calls_are_counted(counter: TiktokenCounter) -> None:
         ToolCall(id="call_2", name="get_time", arguments='{"tz": "Europe/Paris"}'),
     ]
     call_msg = Message.assistant(None, tool_calls=calls)
-    expected = 3 + n(counter, "assistant")
-    for call in calls:
-        expected += 3 + n(counter, call.name) + n(counter, call.arguments)
+    # two calls in one message: OpenAI's multi_tool_use.parallel wrapper
+    wrapper = (
+        '{"tool_uses":[{"recipient_name":"functions.get_weather","parameters":{"city": "Paris"}},'
+        '{"recipient_name":"functions.get_time","parameters":{"tz": "Europe/Paris"}}]}'
+    )
+    expected = 3 + n(counter, "assistant") + 14 + n(counter, wrapper)
     assert counter.count_message(call_msg) == expected
     with_text = Message.assistant("Let me check.", tool_calls=calls)
     assert counter.count_message(with_text) == expected + n(counter, "Let me check.")
@@ -448,6 +451,42 @@ def test_tool_call_rule_matches_a_billed_example(counter: TiktokenCounter) -> No
         Message.tool("4", tool_call_id="a"),
     ]
     assert counter.count_messages(messages) == 40
+
+
+@pytest.mark.parametrize(("calls", "billed"), [(1, 40), (2, 89), (3, 114), (4, 139)])
+def test_parallel_tool_calls_match_the_billed_examples(
+    counter: TiktokenCounter, calls: int, billed: int
+) -> None:
+    """community.openai.com/t/538914: the same call made 1-4 times in parallel (one
+    assistant message, then one result each) was billed 40, 89, 114 and 139 tokens. The
+    per-call rule alone counted 40, 60, 80 and 100."""
+    ids = "abcd"[:calls]
+    messages = [
+        Message.user([TextPart(text="How much is 2 plus 2?")]),
+        Message.assistant(None, tool_calls=[
+            ToolCall(id=i, name="calculator", arguments='{"a":2, "b":2}') for i in ids]),
+        *(Message.tool("4", tool_call_id=i) for i in ids),
+    ]
+    assert counter.count_messages(messages) == billed
+
+
+def test_parallel_calls_cost_more_than_the_same_calls_one_by_one(
+    counter: TiktokenCounter,
+) -> None:
+    calls = [ToolCall(id=i, name="lookup", arguments='{"order": 1}') for i in "ab"]
+    header = 3 + n(counter, "assistant")
+    together = counter.count_message(Message.assistant(None, tool_calls=calls)) - header
+    apart = [counter.count_message(Message.assistant(None, tool_calls=[c])) - header
+             for c in calls]
+    assert apart == [3 + n(counter, "lookup") + n(counter, '{"order": 1}')] * 2
+    assert together > sum(apart)
+    # an empty arguments string still renders as an object
+    empty = [ToolCall(id=i, name="ping", arguments="") for i in "ab"]
+    assert counter.count_message(Message.assistant(None, tool_calls=empty)) == (
+        3 + 1 + 14 + n(counter, '{"tool_uses":[{"recipient_name":"functions.ping",'
+                                '"parameters":{}},{"recipient_name":"functions.ping",'
+                                '"parameters":{}}]}')
+    )
 
 
 # ---- images ---------------------------------------------------------------------------
@@ -543,22 +582,76 @@ WEATHER: dict[str, Any] = {
 
 
 def test_tool_schema_rule(counter: TiktokenCounter) -> None:
-    expected = 12  # once, when there is any tool
-    expected += n(counter, "get_weather") + n(counter, "Get the current weather in a city") - 2
-    expected += n(counter, "location") + 2 + n(counter, "string")
-    expected += 2 + n(counter, "The city, e.g. Paris")
-    expected += n(counter, "unit") + 2 + n(counter, "string")
-    expected += -3 + (3 + n(counter, "celsius")) + (3 + n(counter, "fahrenheit"))
-    expected += 11  # per function
+    # The OpenAI Cookbook's num_tokens_for_tools, cl100k_base constants (gpt-4, gpt-3.5).
+    expected = 12  # func_end: once, when there is any tool
+    expected += 10 + n(counter, "get_weather:Get the current weather in a city")  # func_init
+    expected += 3  # prop_init
+    expected += 3 + n(counter, "location:string:The city, e.g. Paris")  # prop_key + line
+    expected += 3 + n(counter, "unit:string:")
+    expected += -3 + (3 + n(counter, "celsius")) + (3 + n(counter, "fahrenheit"))  # enum
     assert counter.count_tools([WEATHER]) == expected
     assert counter.count_tools([]) == 0
+
+
+# The tools example of the OpenAI Cookbook ("How to count tokens with tiktoken", section 7).
+COOKBOOK_TOOLS: list[dict[str, Any]] = [{
+    "type": "function",
+    "function": {
+        "name": "get_current_weather",
+        "description": "Get the current weather in a given location",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "location": {
+                    "type": "string",
+                    "description": "The city and state, e.g. San Francisco, CA",
+                },
+                "unit": {
+                    "type": "string",
+                    "description": "The unit of temperature to return",
+                    "enum": ["celsius", "fahrenheit"],
+                },
+            },
+            "required": ["location"],
+        },
+    },
+}]
+
+
+def test_tool_schemas_match_the_cookbooks_billed_example(counter: TiktokenCounter) -> None:
+    """The API billed 105 prompt tokens for this request on gpt-3.5-turbo and gpt-4
+    (cl100k_base), as the cookbook shows; the autogen-derived rule counted 103."""
+    messages = [
+        Message.system("You are a helpful assistant that can answer to questions about the "
+                       "weather."),
+        Message.user("What's the weather like in San Francisco?"),
+    ]
+    assert counter.count_messages(messages) + counter.count_tools(COOKBOOK_TOOLS) == 105
+
+
+def test_tool_schema_constants_follow_the_encoding(
+    counter: TiktokenCounter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # gpt-4o and gpt-4o-mini (o200k_base): the cookbook's func_init is 7, not 10. The
+    # o200k file is not available offline, so the cl100k encoding stands in for it.
+    monkeypatch.setattr("memstore.tokens._openai._load_encoding", lambda name: counter.encoding)
+    o200k = TiktokenCounter("o200k_base")
+    assert o200k.count_tools(COOKBOOK_TOOLS) == counter.count_tools(COOKBOOK_TOOLS) - 3
+    assert o200k.count_tools(COOKBOOK_TOOLS * 2) == counter.count_tools(COOKBOOK_TOOLS * 2) - 6
 
 
 def test_tool_schema_shapes_and_growth(counter: TiktokenCounter) -> None:
     bare = WEATHER["function"]
     assert counter.count_tools([bare]) == counter.count_tools([WEATHER])
-    no_params = {"name": "ping", "description": "Ping"}
-    assert counter.count_tools([no_params]) == 12 + n(counter, "ping") + n(counter, "Ping") - 2 + 9
+    no_params = {"name": "ping", "description": "Ping."}  # one trailing "." is dropped
+    assert counter.count_tools([no_params]) == 12 + 10 + n(counter, "ping:Ping")
+    no_description = {"name": "ping"}
+    assert counter.count_tools([no_description]) == 12 + 10 + n(counter, "ping:")
+    odd: dict[str, Any] = {"name": "f", "parameters": {"properties": {
+        "x": {"type": ["string", "null"]}, "y": "not a schema"}}}
+    assert counter.count_tools([odd]) == 12 + 10 + n(counter, "f:") + 3 + (
+        3 + n(counter, 'x:["string", "null"]:')) + (
+        3 + n(counter, "y::") + n(counter, '"not a schema"'))
     bigger: dict[str, Any] = {
         "name": bare["name"],
         "description": bare["description"],
@@ -597,7 +690,7 @@ def test_approx_counter_arithmetic() -> None:
     result = Message.tool("abcd", tool_call_id="call_1")  # 4 + 6 chars
     assert c.count_message(result) == 3 + 3
     pic = Message.user([TextPart(text="abcd"), image("https://x/y.png"), image("https://x/z.png")])
-    assert c.count_message(pic) == 3 + 1 + 2 * 85
+    assert c.count_message(pic) == 3 + 1 + 2 * 1445  # sizes unknown: GPT-4o's maximum
     ms = [Message.user("abcdefghi"), named, call]
     assert c.count_messages(ms) == sum(map(c.count_message, ms)) + 3
 

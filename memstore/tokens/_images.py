@@ -1,10 +1,43 @@
-"""Image tokens by OpenAI's vision pricing, computed without fetching anything."""
+"""Image tokens by OpenAI's vision pricing, computed without fetching anything.
+
+Source of every rule here: OpenAI's "Images and vision" guide, section "Calculating
+costs" (https://platform.openai.com/docs/guides/images-vision#calculating-costs). It
+prices an image part in one of two ways, chosen by model:
+
+* **Tiles** (GPT-4o class): ``detail="low"`` costs a fixed ``base``; high detail scales
+  the image to fit in 2048x2048, then so its short side is at most 768, and costs
+  ``base + tile * (512px tiles)``. The guide's table of ``(base, tile)``:
+  gpt-4o, gpt-4.1, gpt-4.5: 85/170; gpt-4o-mini: 2833/5667; o1, o1-pro, o3: 75/150;
+  gpt-5, gpt-5-chat-latest: 70/140; computer-use-preview: 65/129.
+* **Patches** (gpt-4.1-mini, gpt-4.1-nano, o4-mini, gpt-5-mini, gpt-5-nano): the
+  32x32 patches that cover the image, at most 1536 (a larger image is first scaled
+  down so 1536 patches cover it, by the guide's formula), times a per-model
+  multiplier: 1.62 (gpt-4.1-mini, gpt-5-mini), 2.46 (gpt-4.1-nano, gpt-5-nano),
+  1.72 (o4-mini). The guide names no ``detail`` effect for these.
+
+Choices made here, where the guide says nothing or a budget must not undercount:
+
+* ``detail="auto"`` and unset are charged as high detail (the API decides ``auto``
+  from the image; high is the larger charge).
+* An image whose size cannot be read from the part (a remote URL, an unreadable
+  payload) is charged the most its rule can produce: ``base + 8 * tile`` for tiles
+  (after scaling no image needs more than 4x2 tiles), ``1536 * multiplier`` for
+  patches.
+* A patch rule's fractional product is rounded up (the guide does not say how it
+  rounds; up is at most one token over).
+* Any model the table does not name is priced like GPT-4o (85/170), the rule memstore
+  has always applied; see :func:`image_rule_for_model`.
+"""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import math
+from dataclasses import dataclass
+from fractions import Fraction
 
+from memstore.errors import ConfigurationError
 from memstore.models import ImagePart
 
 _IMAGE_BASE_TOKENS = 85
@@ -12,20 +45,142 @@ _IMAGE_TILE_TOKENS = 170
 _IMAGE_TILE = 512
 _IMAGE_MAX_LONG_EDGE = 2048
 _IMAGE_SHORT_EDGE = 768
+#: The most 512px tiles a high-detail image can need after scaling (2048x768: 4x2).
+_IMAGE_MAX_TILES = 8
 #: High/auto detail image whose size cannot be read from the part (a remote URL):
 #: charged the most the tile rule can produce (a 2048x768 image: 4x2 tiles), so a
 #: budget that holds under this counter also holds for the real image.
-_IMAGE_UNKNOWN_SIZE_TOKENS = _IMAGE_BASE_TOKENS + _IMAGE_TILE_TOKENS * 8
+_IMAGE_UNKNOWN_SIZE_TOKENS = _IMAGE_BASE_TOKENS + _IMAGE_TILE_TOKENS * _IMAGE_MAX_TILES
+
+_PATCH = 32
+#: The most 32px patches a patch-priced image is charged for (OpenAI's guide).
+_PATCH_BUDGET = 1536
 
 
-def _vision_tokens(width: int, height: int) -> int:
-    """High-detail image tokens by OpenAI's tile rule (GPT-4o / GPT-4 Turbo vision).
+@dataclass(frozen=True)
+class ImageRule:
+    """How one family of OpenAI models prices an image part.
 
-    The image is scaled to fit in 2048x2048, then (when both sides exceed 768)
-    scaled so its short side is 768; the cost is 85 + 170 per 512px tile.
+    ``kind`` is ``"tiles"`` (``base`` + ``tile`` per 512px tile) or ``"patches"``
+    (32px patches times ``multiplier``). :attr:`spec` spells the rule as it appears in
+    a counter's name.
     """
-    if width <= 0 or height <= 0:
-        return _IMAGE_UNKNOWN_SIZE_TOKENS
+
+    kind: str
+    base: int = 0
+    tile: int = 0
+    multiplier: Fraction = Fraction(0)
+
+    @property
+    def spec(self) -> str:
+        """``tiles-<base>-<tile>`` or ``patches-<multiplier>`` (e.g. ``patches-1.62``)."""
+        if self.kind == "tiles":
+            return f"tiles-{self.base}-{self.tile}"
+        return f"patches-{_decimal(self.multiplier)}"
+
+    @property
+    def max_tokens(self) -> int:
+        """The most one image can cost under this rule (what an unmeasurable image costs)."""
+        if self.kind == "tiles":
+            return self.base + self.tile * _IMAGE_MAX_TILES
+        return math.ceil(_PATCH_BUDGET * self.multiplier)
+
+    def tokens(self, part: ImagePart) -> int:
+        """Tokens of one image part under this rule (see the module docstring)."""
+        if self.kind == "tiles" and part.image_url.detail == "low":
+            return self.base
+        size = _data_uri_image_size(part.image_url.url)
+        if size is None or size[0] <= 0 or size[1] <= 0:
+            return self.max_tokens
+        width, height = size
+        if self.kind == "tiles":
+            return self.base + self.tile * _tiles(width, height)
+        return math.ceil(_patches(width, height) * self.multiplier)
+
+
+def _decimal(value: Fraction) -> str:
+    return f"{float(value):.6f}".rstrip("0").rstrip(".")
+
+
+def _tiles_rule(base: int, tile: int) -> ImageRule:
+    return ImageRule("tiles", base=base, tile=tile)
+
+
+def _patches_rule(multiplier: str) -> ImageRule:
+    return ImageRule("patches", multiplier=Fraction(multiplier))
+
+
+#: GPT-4o's rule: the default, and the only rule that leaves a counter's name unchanged.
+DEFAULT_IMAGE_RULE = _tiles_rule(_IMAGE_BASE_TOKENS, _IMAGE_TILE_TOKENS)
+
+#: Model families of OpenAI's cost table (see the module docstring), most specific
+#: first: a model is matched by its name or a name that continues with ``-`` (a dated
+#: snapshot such as ``gpt-4o-mini-2024-07-18``).
+_MODEL_RULES: tuple[tuple[str, ImageRule], ...] = (
+    ("gpt-4o-mini", _tiles_rule(2833, 5667)),
+    ("gpt-4.1-mini", _patches_rule("1.62")),
+    ("gpt-4.1-nano", _patches_rule("2.46")),
+    ("gpt-5-mini", _patches_rule("1.62")),
+    ("gpt-5-nano", _patches_rule("2.46")),
+    ("o4-mini", _patches_rule("1.72")),
+    ("o1-pro", _tiles_rule(75, 150)),
+    ("o1", _tiles_rule(75, 150)),
+    ("o3", _tiles_rule(75, 150)),
+    ("gpt-5-chat-latest", _tiles_rule(70, 140)),
+    ("gpt-5", _tiles_rule(70, 140)),
+    ("computer-use-preview", _tiles_rule(65, 129)),
+    ("gpt-4o", DEFAULT_IMAGE_RULE),
+    ("gpt-4.1", DEFAULT_IMAGE_RULE),
+    ("gpt-4.5", DEFAULT_IMAGE_RULE),
+)
+
+
+def image_rule_for_model(model: str) -> ImageRule:
+    """The image rule of an OpenAI model name (GPT-4o's for a model the table lacks).
+
+    A fine-tuned model (``ft:gpt-4o-mini-2024-07-18:org::id``) is priced as its base
+    model. Matching is by family name followed by nothing or ``-``, so ``gpt-5.1`` is
+    *not* taken for ``gpt-5``: OpenAI's guide does not list it, and it gets the default.
+    """
+    name = model.lower()
+    if name.startswith("ft:"):
+        name = name[3:].split(":", 1)[0]
+    for family, rule in _MODEL_RULES:
+        if name == family or name.startswith(family + "-"):
+            return rule
+    return DEFAULT_IMAGE_RULE
+
+
+def image_rule_from_spec(spec: str) -> ImageRule:
+    """Parse :attr:`ImageRule.spec` (``tiles-85-170``, ``patches-1.62``).
+
+    Raises:
+        ConfigurationError: ``spec`` is not one of those forms with positive numbers.
+    """
+    kind, _, rest = spec.partition("-")
+    if not rest.isascii():
+        rest = ""
+    try:
+        if kind == "tiles":
+            base_text, _, tile_text = rest.partition("-")
+            if base_text.isdecimal() and tile_text.isdecimal():
+                base, tile = int(base_text), int(tile_text)
+                if base > 0 and tile > 0:
+                    return _tiles_rule(base, tile)
+        elif kind == "patches" and rest and rest.replace(".", "", 1).isdecimal():
+            multiplier = Fraction(rest)
+            if multiplier > 0:
+                return ImageRule("patches", multiplier=multiplier)
+    except (ValueError, ZeroDivisionError):
+        pass
+    raise ConfigurationError(
+        f"unknown image pricing rule {spec!r}; expected 'tiles-<base>-<tile>' or "
+        "'patches-<multiplier>' (e.g. 'tiles-2833-5667', 'patches-1.62')"
+    )
+
+
+def _tiles(width: int, height: int) -> int:
+    """512px tiles of a high-detail image after OpenAI's two scalings."""
     if max(width, height) > _IMAGE_MAX_LONG_EDGE:
         longest = max(width, height)
         width, height = (
@@ -38,23 +193,36 @@ def _vision_tokens(width: int, height: int) -> int:
             width * _IMAGE_SHORT_EDGE // shortest,
             height * _IMAGE_SHORT_EDGE // shortest,
         )
-    tiles = -(-width // _IMAGE_TILE) * -(-height // _IMAGE_TILE)
-    return _IMAGE_BASE_TOKENS + _IMAGE_TILE_TOKENS * tiles
+    return -(-width // _IMAGE_TILE) * -(-height // _IMAGE_TILE)
 
 
-def _image_tokens(part: ImagePart) -> int:
-    """Tokens of one image part under OpenAI's vision rule.
+def _patches(width: int, height: int) -> int:
+    """32px patches charged for an image by OpenAI's patch rule, at most 1536.
 
-    ``detail="low"`` costs 85. ``"high"``, ``"auto"`` and unset are charged as high
-    detail: by the tile rule when the part is a base64 ``data:`` URI whose PNG, JPEG,
-    GIF or WebP header gives the size, else :data:`_IMAGE_UNKNOWN_SIZE_TOKENS`.
+    The guide's steps, in exact arithmetic: when ``ceil(w/32) * ceil(h/32)`` exceeds
+    1536, ``r = sqrt(32**2 * 1536 / (w*h))`` and then
+    ``r *= min(floor(w*r/32) / (w*r/32), floor(h*r/32) / (h*r/32))``; the image is
+    scaled by ``r`` and covered again. Since ``w*r/32 = sqrt(1536*w/h)``, the floors are
+    integer square roots, and the scaled side that decides ``r`` is a whole number of
+    patches.
     """
-    if part.image_url.detail == "low":
-        return _IMAGE_BASE_TOKENS
-    size = _data_uri_image_size(part.image_url.url)
-    if size is None:
+    patches = -(-width // _PATCH) * -(-height // _PATCH)
+    if patches <= _PATCH_BUDGET:
+        return patches
+    across = max(1, math.isqrt(_PATCH_BUDGET * width // height))  # floor(w*r/32)
+    down = max(1, math.isqrt(_PATCH_BUDGET * height // width))  # floor(h*r/32)
+    if across * height <= down * width:  # the width's factor is the smaller one
+        resized = across * math.ceil(Fraction(height * across, width))
+    else:
+        resized = down * math.ceil(Fraction(width * down, height))
+    return min(resized, _PATCH_BUDGET)
+
+
+def _vision_tokens(width: int, height: int) -> int:
+    """High-detail image tokens by OpenAI's tile rule for GPT-4o (85 + 170 per tile)."""
+    if width <= 0 or height <= 0:
         return _IMAGE_UNKNOWN_SIZE_TOKENS
-    return _vision_tokens(*size)
+    return _IMAGE_BASE_TOKENS + _IMAGE_TILE_TOKENS * _tiles(width, height)
 
 
 def _data_uri_image_size(url: str) -> tuple[int, int] | None:

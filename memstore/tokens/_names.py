@@ -10,7 +10,8 @@ from memstore.tokens._simple import ApproxCounter, FixedCounter
 __all__ = ["counter_from_name", "default_counter"]
 
 _NAME_FORMS = (
-    "'tiktoken/<encoding>', 'approx/<chars_per_token>' or "
+    "'tiktoken/<encoding>' (or 'tiktoken/<encoding>/images=<rule>'), "
+    "'approx/<chars_per_token>' or "
     "'fixed/<per_message>/<per_tool_call>/<per_word>/<priming>/<per_tool_schema>'"
 )
 
@@ -22,7 +23,8 @@ def counter_from_name(name: str) -> TokenCounter:
     counter (views serialise their counter by name and rebuild it with this).
 
     Args:
-        name: ``tiktoken/<encoding>``, ``approx/<chars_per_token>`` or
+        name: ``tiktoken/<encoding>`` (``tiktoken/<encoding>/images=<rule>`` for a
+            non-default image pricing rule), ``approx/<chars_per_token>`` or
             ``fixed/<per_message>/<per_tool_call>/<per_word>/<priming>/<per_tool_schema>``.
 
     Returns:
@@ -37,7 +39,12 @@ def counter_from_name(name: str) -> TokenCounter:
         raise ConfigurationError(f"a token counter name must be a string, got {name!r}")
     kind, _, rest = name.partition("/")
     if kind == "tiktoken" and rest:
-        return TiktokenCounter(rest)
+        encoding, sep, suffix = rest.partition("/")
+        if not sep:
+            return TiktokenCounter(encoding)
+        key, _, images = suffix.partition("=")
+        if encoding and key == "images" and images:
+            return TiktokenCounter(encoding, images=images)
     if kind == "approx" and rest:
         try:
             chars_per_token = float(rest)

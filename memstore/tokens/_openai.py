@@ -9,7 +9,11 @@ from typing import TYPE_CHECKING, Any
 from memstore.errors import ConfigurationError, InvalidInputError
 from memstore.models import ROLES, Message, TextPart
 from memstore.tokens._base import BaseTokenCounter, _json_default
-from memstore.tokens._images import _image_tokens
+from memstore.tokens._images import (
+    DEFAULT_IMAGE_RULE,
+    image_rule_for_model,
+    image_rule_from_spec,
+)
 from memstore.tokens._loading import _encoding_name_for_model, _load_encoding
 from memstore.tokens._parallel import (
     MAX_THREADS,
@@ -53,20 +57,39 @@ class TiktokenCounter(BaseTokenCounter):
     Rules the cookbook does not publish, and the choice made here:
 
     * **Content parts**: text parts are encoded (their text only); image parts cost
-      OpenAI's vision price for GPT-4o-class models: 85 for ``detail="low"``; for
+      OpenAI's vision price ("Images and vision" guide, "Calculating costs"). By
+      default that is GPT-4o's rule: 85 for ``detail="low"``; for
       ``"high"``/``"auto"``/unset, 85 + 170 per 512px tile after scaling into
       2048x2048 and then to a 768px short side, when the size can be read from a
       base64 ``data:`` URI (PNG, JPEG, GIF, WebP); otherwise (a remote URL) 1445, the
       largest value that rule produces, so a budget never undercounts an image it
       cannot measure. ``"auto"`` is treated as high detail for the same reason.
-    * **Tool calls** on an assistant message: each call costs 3 plus the tokens of its
-      function name and of its arguments string (the call id is not rendered to the
-      model). The structure mirrors the per-message rule; with it, the exchange
-      reported in the OpenAI developer forum ("Strange token cost calculation for
-      tool_calls", gpt-3.5-turbo: a user question, one call, one result) counts the
-      40 prompt tokens the API billed.
-    * **Tool schemas** (:meth:`count_tools`): the function-schema rule used by
-      autogen-ext's ``count_tokens_openai``; see :meth:`count_tools`.
+      ``model=`` picks the model's own rule from the guide's table: gpt-4o-mini
+      (2833 + 5667 per tile), o1/o1-pro/o3 (75/150), gpt-5 (70/140),
+      computer-use-preview (65/129), or 32px patches times 1.62 (gpt-4.1-mini,
+      gpt-5-mini), 2.46 (gpt-4.1-nano, gpt-5-nano) or 1.72 (o4-mini), at most 1536
+      patches. A model the table does not name (e.g. gpt-5.1) gets GPT-4o's rule,
+      which is an estimate for it. See ``memstore/tokens/_images.py``.
+    * **Tool calls** on an assistant message: a single call costs 3 plus the tokens of
+      its function name and of its arguments string (the call id is not rendered to
+      the model). With it, the exchange reported in the OpenAI developer forum
+      ("Strange token cost calculation for tool_calls", gpt-3.5-turbo: a user
+      question, one call, one result) counts the 40 prompt tokens the API billed.
+      Two or more calls in one message are parallel calls, which the model writes as
+      one call to the ``multi_tool_use.parallel`` wrapper (a tool OpenAI adds to the
+      prompt; its API docs do not describe it): they cost
+      :attr:`tokens_per_parallel_calls` (14) plus the tokens of the wrapper's JSON,
+      ``{"tool_uses":[{"recipient_name":"functions.<name>","parameters":<arguments>},
+      ...]}``. The same forum thread reports 89, 114 and 139 prompt tokens for two,
+      three and four such calls (with their results); this rule counts exactly those,
+      where charging each call as a single one would count 60, 80 and 100. The 14 is
+      fitted to that one report (gpt-3.5-turbo); for other models it is an estimate.
+      Not modelled: another forum report ("Massive Token Overestimation in Multiple
+      Tool Calls due to Internal Unicode Escaping", gpt-4.1) finds that after parallel
+      calls, non-ASCII tool output is billed as JSON unicode escapes (several times
+      its tokens); a count per message cannot see that its call was parallel.
+    * **Tool schemas** (:meth:`count_tools`): the OpenAI Cookbook's
+      ``num_tokens_for_tools``; see :meth:`count_tools`.
 
     **Batches** (:meth:`count_each`, which the store uses for ``extend`` and imports):
     a batch with at least ``PARALLEL_MIN_CHARS`` (16,000) characters of text is split
@@ -79,14 +102,21 @@ class TiktokenCounter(BaseTokenCounter):
     Args:
         encoding: a tiktoken encoding name; default ``"cl100k_base"``.
         model: an OpenAI model name (e.g. ``"gpt-4o"``), resolved to its encoding with
-            tiktoken's model table. Give ``encoding`` or ``model``, not both.
+            tiktoken's model table and to its image pricing rule (above). Give
+            ``encoding`` or ``model``, not both.
+        images: an image pricing rule spelled as in a counter name
+            (``"tiles-<base>-<tile>"`` or ``"patches-<multiplier>"``, e.g.
+            ``"tiles-2833-5667"``); default GPT-4o's ``"tiles-85-170"``, or the
+            ``model``'s rule. Normally left to ``model=``; :func:`counter_from_name`
+            passes it back.
         threads: the most threads a large batch is counted on, the calling thread
             included (>= 1). Default: the CPUs this process may use (its affinity
             mask, capped by a container's CPU quota), at most 4.
 
     Raises:
         ConfigurationError: both or neither valid ``encoding``/``model``, an unknown
-            model or an unknown encoding, or ``threads`` is not an int >= 1.
+            model or an unknown encoding, ``images`` with ``model`` or not a known
+            rule, or ``threads`` is not an int >= 1.
         TokenizerUnavailableError: the encoding is known but its file is not available
             offline, or the file is corrupt.
         MissingDependencyError: tiktoken is not installed.
@@ -95,10 +125,18 @@ class TiktokenCounter(BaseTokenCounter):
     tokens_per_message = 3
     tokens_per_name = 1
     tokens_per_tool_call = 3
+    #: Tokens an assistant message with two or more tool calls adds for OpenAI's
+    #: ``multi_tool_use.parallel`` wrapper, besides the wrapper's JSON (see above).
+    tokens_per_parallel_calls = 14
     reply_priming = 3
 
     def __init__(
-        self, encoding: str | None = None, *, model: str | None = None, threads: int | None = None
+        self,
+        encoding: str | None = None,
+        *,
+        model: str | None = None,
+        threads: int | None = None,
+        images: str | None = None,
     ) -> None:
         if threads is not None and (
             not isinstance(threads, int) or isinstance(threads, bool) or threads < 1
@@ -114,10 +152,24 @@ class TiktokenCounter(BaseTokenCounter):
                 f"TiktokenCounter takes encoding= or model=, not both "
                 f"(got encoding={encoding!r}, model={model!r})"
             )
+        rule = DEFAULT_IMAGE_RULE
+        if images is not None:
+            if model is not None:
+                raise ConfigurationError(
+                    f"TiktokenCounter takes images= or model=, not both (model={model!r} "
+                    "picks its own image pricing rule)"
+                )
+            if not isinstance(images, str):
+                raise ConfigurationError(
+                    f"TiktokenCounter images must be a rule name such as 'tiles-2833-5667', "
+                    f"got {images!r}"
+                )
+            rule = image_rule_from_spec(images)
         if model is not None:
             if not isinstance(model, str) or not model:
                 raise ConfigurationError(f"TiktokenCounter model must be a name, got {model!r}")
             encoding = _encoding_name_for_model(model)
+            rule = image_rule_for_model(model)
         elif encoding is None:
             encoding = "cl100k_base"
         if not isinstance(encoding, str) or not encoding or "/" in encoding:
@@ -125,15 +177,29 @@ class TiktokenCounter(BaseTokenCounter):
                 f"TiktokenCounter encoding must be an encoding name, got {encoding!r}"
             )
         self._encoding_name = encoding
-        self._name = f"tiktoken/{encoding}"
+        self._image_rule = rule
+        # GPT-4o's image rule keeps the name every earlier count was stored under.
+        self._name = (
+            f"tiktoken/{encoding}" if rule == DEFAULT_IMAGE_RULE
+            else f"tiktoken/{encoding}/images={rule.spec}"
+        )
         self._encoding = _load_encoding(encoding)
         # Tokens of each role's name: five fixed strings, each counted once per message.
         self._role_tokens = {role: self._n(role) for role in ROLES}
 
     @property
     def name(self) -> str:
-        """``tiktoken/<encoding>``, e.g. ``tiktoken/cl100k_base``."""
+        """``tiktoken/<encoding>``, e.g. ``tiktoken/cl100k_base``.
+
+        A counter whose image pricing is not GPT-4o's appends the rule:
+        ``tiktoken/o200k_base/images=tiles-2833-5667`` (``model="gpt-4o-mini"``).
+        """
         return self._name
+
+    @property
+    def image_rule(self) -> str:
+        """The image pricing rule, e.g. ``"tiles-85-170"`` (GPT-4o's, the default)."""
+        return self._image_rule.spec
 
     @property
     def encoding_name(self) -> str:
@@ -193,14 +259,19 @@ class TiktokenCounter(BaseTokenCounter):
         if isinstance(content, str):
             total += n(content)
         elif content is not None:
+            rule = self._image_rule
             for part in content:
-                total += n(part.text) if isinstance(part, TextPart) else _image_tokens(part)
+                total += n(part.text) if isinstance(part, TextPart) else rule.tokens(part)
         if message.name is not None:
             total += n(message.name) + self.tokens_per_name
         if message.tool_call_id is not None:
             total += n(message.tool_call_id)
-        for call in message.tool_calls or ():
+        calls = message.tool_calls or ()
+        if len(calls) == 1:
+            call = calls[0]
             total += self.tokens_per_tool_call + n(call.name) + n(call.arguments)
+        elif calls:
+            total += self.tokens_per_parallel_calls + n(_parallel_calls_json(calls))
         return total
 
     @property
@@ -228,15 +299,23 @@ class TiktokenCounter(BaseTokenCounter):
     def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
         """Tokens that function-tool schemas add to a request.
 
-        The rule autogen-ext's ``count_tokens_openai`` uses for OpenAI tools (itself
-        fitted to the API's billing): per function, the tokens of its name and
-        description, minus 2, plus 11 (minus 2 more when it has no parameters); per
-        parameter property, the tokens of its key plus, per field of the property
-        schema: ``type`` and ``description`` cost 2 + their tokens, ``enum`` costs
-        -3 + (3 + tokens) per value; any other field (``default``, ``items``, nested
-        ``properties`` …) is charged 2 + the tokens of its name and of its JSON value, a
-        conservative estimate where autogen charges nothing. 12 is added once when
-        there is any tool.
+        The OpenAI Cookbook's ``num_tokens_for_tools`` ("How to count tokens with
+        tiktoken", section 7), whose example the API billed exactly (105 prompt tokens
+        on gpt-3.5-turbo and gpt-4, 101 on gpt-4o and gpt-4o-mini):
+
+        * per function, ``func_init`` (7 for ``o200k_base`` models, gpt-4o and later;
+          10 for the others, gpt-3.5-turbo and gpt-4) plus the tokens of
+          ``"<name>:<description>"`` (one trailing ``.`` of the description dropped);
+        * when it has parameter properties, 3, and per property 3 plus the tokens of
+          ``"<key>:<type>:<description>"`` (one trailing ``.`` dropped); an ``enum``
+          adds -3 and, per value, 3 plus its tokens;
+        * 12 once when there is any tool.
+
+        The cookbook charges nothing for other fields of a property schema
+        (``default``, ``items``, nested ``properties`` …); they are charged here 2 +
+        the tokens of their name and of their JSON value, a conservative estimate. A
+        missing description or type is taken as empty, and a type that is not a string
+        (``["string", "null"]``) as its JSON text.
 
         Args:
             tools: schemas as OpenAI sends them (``{"type": "function", "function":
@@ -252,33 +331,32 @@ class TiktokenCounter(BaseTokenCounter):
         if not tools:
             return 0
         n = self._n
-        total = 12
+        func_init = 7 if self._encoding_name in _O200K_ENCODINGS else 10
+        total = 12  # func_end, once
         for index, tool in enumerate(tools):
             function = _function_schema(tool, index)
-            tool_tokens = n(function["name"]) - 2
-            description = function.get("description")
-            if isinstance(description, str):
-                tool_tokens += n(description)
+            description = _without_period(function.get("description"))
+            total += func_init + n(f"{function['name']}:{description}")
             parameters = function.get("parameters")
             properties = parameters.get("properties") if isinstance(parameters, Mapping) else None
-            has_properties = isinstance(properties, Mapping) and len(properties) > 0
-            if isinstance(properties, Mapping):
+            if isinstance(properties, Mapping) and properties:
+                total += 3  # prop_init
                 for key, schema in properties.items():
-                    tool_tokens += n(str(key)) + self._property_tokens(schema)
-            tool_tokens += 11 if has_properties else 9
-            total += tool_tokens
-        return max(total, 0)
+                    total += 3 + self._property_tokens(str(key), schema)  # prop_key + line
+        return total
 
-    def _property_tokens(self, schema: object) -> int:
+    def _property_tokens(self, key: str, schema: object) -> int:
         n = self._n
         if not isinstance(schema, Mapping):
-            return n(_to_json(schema))
-        tokens = 0
+            return n(f"{key}::") + n(_to_json(schema))
+        kind = schema.get("type", "")
+        kind_text = kind if isinstance(kind, str) else _to_json(kind)
+        tokens = n(f"{key}:{kind_text}:{_without_period(schema.get('description'))}")
         for field, value in schema.items():
             if field in ("type", "description"):
-                tokens += 2 + n(value if isinstance(value, str) else _to_json(value))
-            elif field == "enum" and isinstance(value, (list, tuple)):
-                tokens -= 3
+                continue
+            if field == "enum" and isinstance(value, (list, tuple)):
+                tokens -= 3  # enum_init
                 for item in value:
                     tokens += 3 + n(item if isinstance(item, str) else _to_json(item))
             else:
@@ -286,7 +364,40 @@ class TiktokenCounter(BaseTokenCounter):
         return tokens
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (TiktokenCounter, (self._encoding_name,))
+        if self._image_rule == DEFAULT_IMAGE_RULE:
+            return (TiktokenCounter, (self._encoding_name,))
+        return (_rebuild, (self._encoding_name, self._image_rule.spec))
+
+
+def _rebuild(encoding: str, images: str) -> TiktokenCounter:
+    """Unpickle a counter with a non-default image rule (``__reduce__`` takes no kwargs)."""
+    return TiktokenCounter(encoding, images=images)
+
+
+#: Encodings of gpt-4o and later models: the cookbook's ``func_init`` is 7 for them.
+_O200K_ENCODINGS = frozenset({"o200k_base", "o200k_harmony"})
+
+
+def _without_period(text: object) -> str:
+    """A description as the cookbook renders it: one trailing ``.`` dropped; else ``""``."""
+    if not isinstance(text, str):
+        return ""
+    return text[:-1] if text.endswith(".") else text
+
+
+def _parallel_calls_json(calls: Sequence[Any]) -> str:
+    """The ``multi_tool_use.parallel`` arguments the model writes for parallel calls.
+
+    ``{"tool_uses":[{"recipient_name":"functions.<name>","parameters":<arguments>},...]}``
+    (the wrapper's schema: ``tool_uses`` items with ``recipient_name`` and
+    ``parameters``). The arguments string is inserted as it is.
+    """
+    uses = ",".join(
+        '{"recipient_name":' + json.dumps("functions." + call.name, ensure_ascii=False)
+        + ',"parameters":' + (call.arguments or "{}") + "}"
+        for call in calls
+    )
+    return '{"tool_uses":[' + uses + "]}"
 
 
 def _function_schema(tool: object, index: int) -> Mapping[str, Any]:

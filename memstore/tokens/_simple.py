@@ -10,6 +10,7 @@ from typing import Any
 from memstore.errors import ConfigurationError
 from memstore.models import Message, TextPart
 from memstore.tokens._base import BaseTokenCounter
+from memstore.tokens._images import DEFAULT_IMAGE_RULE
 
 __all__ = ["ApproxCounter", "FixedCounter"]
 
@@ -89,18 +90,21 @@ class FixedCounter(BaseTokenCounter):
         return self.per_tool_schema * len(tools)
 
 
-#: Tokens ApproxCounter charges per image part, whatever its size or detail.
-_APPROX_IMAGE_TOKENS = 85
-
-
 class ApproxCounter(BaseTokenCounter):
     """Character-ratio estimate: deterministic, dependency-free, never exact.
 
-    Per message: ``3 + ceil(chars / chars_per_token) + 85 * images``, where ``chars``
+    Per message: ``3 + ceil(chars / chars_per_token) + images``, where ``chars``
     is the number of characters of the text (string content or text parts), the
     ``name``, every tool call's function name and arguments, and ``tool_call_id``.
     The role is covered by the fixed 3. ``priming`` is 3, as for OpenAI models.
     ``count_tools`` is ``ceil(len(json.dumps(tools)) / chars_per_token)``.
+
+    ``images`` is what :class:`~memstore.tokens.TiktokenCounter` charges by default:
+    OpenAI's GPT-4o price, which depends on the image, not on a tokenizer. 85 for
+    ``detail="low"``; otherwise 85 + 170 per 512px tile when the size can be read from
+    a base64 ``data:`` URI, and 1445 (the most the rule allows) when it cannot (a
+    remote URL). An approximate counter must not undercount a large image by an order
+    of magnitude: a 2048x2048 high-detail image costs 765, not 85.
 
     The ceiling is computed exactly (in rational arithmetic), so
     ``ApproxCounter(0.1)`` charges 30 tokens for 3 characters, not 31.
@@ -149,7 +153,7 @@ class ApproxCounter(BaseTokenCounter):
         return math.ceil(Fraction(chars) / self._ratio) if chars else 0
 
     def count_message(self, message: Message) -> int:
-        """``3 + ceil(chars / chars_per_token) + 85 * images``.
+        """``3 + ceil(chars / chars_per_token)`` plus each image's GPT-4o price.
 
         Args:
             message: the message to count.
@@ -167,14 +171,14 @@ class ApproxCounter(BaseTokenCounter):
                 if isinstance(part, TextPart):
                     chars += len(part.text)
                 else:
-                    images += 1
+                    images += DEFAULT_IMAGE_RULE.tokens(part)
         if message.name is not None:
             chars += len(message.name)
         for call in message.tool_calls or ():
             chars += len(call.name) + len(call.arguments)
         if message.tool_call_id is not None:
             chars += len(message.tool_call_id)
-        return self.tokens_per_message + self._tokens(chars) + _APPROX_IMAGE_TOKENS * images
+        return self.tokens_per_message + self._tokens(chars) + images
 
     def count_text(self, text: str) -> int:
         """``ceil(len(text) / chars_per_token)``: the hook :meth:`count_tools` uses.
