@@ -439,10 +439,15 @@ class Message(BaseModel):
     def to_openai(self) -> dict[str, Any]:
         """Return the message as an OpenAI Chat Completions message dict."""
         out: dict[str, Any] = {"role": self.role}
-        if isinstance(self.content, list):
-            out["content"] = [part.model_dump(exclude_none=True) for part in self.content]
+        content = self.content
+        if isinstance(content, list):
+            out["content"] = [part.model_dump(exclude_none=True) for part in content]
+        elif content is None and not self.tool_calls:
+            # The API takes an assistant message without content only beside tool
+            # calls: one with neither (a model that returned nothing) is sent as "".
+            out["content"] = ""
         else:
-            out["content"] = self.content
+            out["content"] = content
         if self.name is not None:
             out["name"] = self.name
         if self.tool_calls:

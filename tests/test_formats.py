@@ -105,3 +105,11 @@ def test_to_anthropic_refuses_arguments_nested_too_deeply_to_parse(db_url: str) 
     with pytest.raises(InvalidInputError, match="not a JSON object"):
         to_anthropic([Message.assistant(None, tool_calls=[
             ToolCall(id="c1", name="f", arguments="[1]")])])
+
+
+def test_to_openai_sends_an_assistant_message_without_content_or_calls_as_empty_text() -> None:
+    """The Chat Completions API takes an assistant message without content only when it
+    has tool calls: a model that answered nothing is sent as ""."""
+    assert Message(role="assistant").to_openai() == {"role": "assistant", "content": ""}
+    call = Message(role="assistant", tool_calls=[ToolCall(id="a", name="f", arguments="{}")])
+    assert call.to_openai()["content"] is None

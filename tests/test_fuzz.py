@@ -366,6 +366,10 @@ def test_from_openai_accepts_exactly_or_rejects(data: dict[str, Any]) -> None:
     extra = {"score": message.score, "pinned": message.pinned,
              "metadata": message.metadata, "id": message.id}
     again = Message.from_openai(message.to_openai(), **extra)
+    if message.content is None and not message.tool_calls:
+        # the OpenAI shape has no "no content, no calls": it is sent as ""
+        assert again.content == ""
+        again = again.model_copy(update={"content": None})
     assert same(again.model_dump(), message.model_dump())
     json.dumps(message.model_dump(), allow_nan=False)
 
