@@ -181,7 +181,14 @@ class Strict(Strategy):
 
 @dataclass(frozen=True)
 class Drop(Strategy):
-    """The block is left out whole when it does not fit (label ``"dropped"``)."""
+    """The block is left out whole when it does not fit (label ``"dropped"``).
+
+    The one built-in strategy that removes anchored messages: ``Drop`` says the block
+    is optional, and the blocks it suits are often system messages (documents a
+    formatter injects into a system message, a scratchpad). A stored system prompt
+    or pinned message that must survive belongs in a block with another strategy
+    (:class:`TruncateOldest` and :class:`Summarize` keep them).
+    """
 
     label: ClassVar[str] = "dropped"
 
