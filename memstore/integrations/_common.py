@@ -8,24 +8,45 @@ calls are not all answered yet, the framework is about to add the results; every
 view rightly leaves such an incomplete unit out of a window sent on its own, so the
 adapters give the framework ``window + pending turn``: the window, then that call
 and the results it already has. A call that is not the newest stored unit (the
-conversation moved on without answering it) is never given back. The turn in
-progress comes on top of a budgeted view's window. The window and the newest
-messages are two reads; a write landing between them leaves the result valid
-(whole units, then at most the newest pending call), if one message behind.
+conversation moved on without answering it) is never given back.
+
+A budgeted view (``view.budgeted``, with ``token_limit`` and ``reserve``) is charged
+for the turn in progress: the newest messages are read first, the pending turn is
+counted with the view's counter (its own ``counter``, else the store's), and the
+window is taken with ``reserve`` raised by that count, so the history returned
+satisfies ``counter.count_messages(history) + reserve + tool schemas <= token_limit``.
+When the pending turn alone cannot fit, :class:`~memstore.errors.ContextBudgetError`
+is raised with ``required`` and ``budget``, as views do. Other views give the window
+and then the turn in progress, as they always did.
+
+Each read is two queries (the window and the newest messages; a budgeted view reads
+the newest first). A write landing between them leaves the result valid (whole
+units, then at most the newest pending call) and within the budget, if one message
+behind; if it answers the pending call, a budgeted window may count that call twice
+and fail the budget, so a ``ContextBudgetError`` is checked against one more read of
+the newest message and the history is read again (once) when the conversation moved.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import Any, TypeVar, cast
 
 from pydantic import ValidationError
+from sqlalchemy.engine import URL
 
 from memstore.aio import AsyncMemoryStore
-from memstore.errors import ConfigurationError, ConversationNotFoundError, InvalidInputError
+from memstore.errors import (
+    ConfigurationError,
+    ContextBudgetError,
+    ConversationNotFoundError,
+    InvalidInputError,
+)
 from memstore.models import Message, StoredMessage
 from memstore.store import MemoryStore
+from memstore.tokens import TokenCounter, count_tool_schemas, counter_priming, message_tokens
 from memstore.views import ContextView, UnboundedView
 
 __all__ = [
@@ -90,8 +111,19 @@ def valid_name(value: str) -> bool:
 
 
 def store_url(store: AnyStore) -> str:
-    """The store's database URL, password included (for component configs)."""
-    return store.engine.url.render_as_string(hide_password=False)
+    """The store's database URL without its password (for component configs).
+
+    A config is written to files, logs and shared, so it must not carry a secret: the
+    password (in the URL or as a ``password`` query parameter) is left out entirely,
+    not masked, so the URL stays valid and the password comes back from where libpq
+    looks for one (``PGPASSWORD``, ``~/.pgpass``, a service file) or from a URL put
+    into the config before loading it.
+    """
+    url = store.engine.url.difference_update_query(["password"])
+    # URL.set(password=None) would keep the password: build the URL without one.
+    url = URL.create(url.drivername, username=url.username, host=url.host, port=url.port,
+                     database=url.database, query=url.query)
+    return url.render_as_string(hide_password=False)
 
 
 def pending_turn(newest_first: Sequence[StoredMessage],
@@ -137,37 +169,119 @@ def _assemble(window: Sequence[StoredMessage | Message],
     return [*kept, *tail]
 
 
-def _history_steps(
-    window: Sequence[StoredMessage | Message],
-) -> Generator[int, Sequence[StoredMessage], list[StoredMessage | Message]]:
-    """The window plus the turn in progress, sans I/O (both readers below drive it).
+#: What :func:`_history_steps` asks its driver for: an int is that many newest messages
+#: (newest first), a view is that view's window (its messages).
+_Request = int | ContextView
 
-    Yields how many newest messages to read next (newest first) and receives them;
-    pages grow until the turn in progress is decided.
+
+def _budget_fields(view: ContextView) -> tuple[int, int] | None:
+    """``(token_limit, reserve)`` of a budgeted view that has both as dataclass fields."""
+    if not view.budgeted or not dataclasses.is_dataclass(view):
+        return None
+    names = {f.name for f in dataclasses.fields(view)}
+    if not {"token_limit", "reserve"} <= names:
+        return None
+    limit, reserve = cast(Any, view).token_limit, cast(Any, view).reserve
+    if type(limit) is not int or type(reserve) is not int:
+        return None
+    return limit, reserve
+
+
+def _charge(view: ContextView, counter: TokenCounter, limit: int, reserve: int,
+            pending: int) -> ContextView:
+    """``view`` with its reserve raised by ``pending`` tokens, or ContextBudgetError."""
+    tools = count_tool_schemas(counter, getattr(view, "tools", None))
+    priming = counter_priming(counter)
+    required = pending + priming + reserve + tools
+    if required > limit or reserve + pending >= limit:
+        raise ContextBudgetError(
+            f"{type(view).__name__}: the turn in progress (an unanswered tool call and its "
+            f"results so far: {pending} tokens) with reply priming ({priming}), reserve "
+            f"({reserve}) and tool schemas ({tools}) need {required} tokens; token_limit is "
+            f"{limit}{'' if required > limit else ', which leaves nothing for the window'}",
+            required=required,
+            budget=limit,
+        )
+    return cast(ContextView, dataclasses.replace(cast(Any, view), reserve=reserve + pending))
+
+
+def _read_tail() -> Generator[_Request, Any, tuple[int | None, list[StoredMessage]]]:
+    """Read the newest messages until the turn in progress is decided.
+
+    Returns the newest seq (``None``: no message) and the turn in progress (``[]``:
+    none). Pages grow until it is decided.
     """
     limit = _TAIL_PAGE
     while True:
-        page = yield limit
+        page: Sequence[StoredMessage] = yield limit
         tail = pending_turn(page, len(page) < limit)
         if tail is not None:
-            return _assemble(window, tail)
+            return (page[0].seq if page else None), tail
         limit *= 4
+
+
+def _history_steps(
+    view: ContextView, counter: TokenCounter,
+) -> Generator[_Request, Any, list[StoredMessage | Message]]:
+    """The window plus the turn in progress, sans I/O (both readers below drive it).
+
+    Yields what to read next (see ``_Request``) and receives it; a ``ContextBudgetError``
+    of a window read is thrown in. A budgeted view is charged for the turn in progress.
+    """
+    budget = _budget_fields(view)
+    if budget is None:
+        window = yield view
+        _, tail = yield from _read_tail()
+        return _assemble(window, tail)
+    limit, reserve = budget
+    retried = False
+    while True:
+        newest, tail = yield from _read_tail()
+        if not tail:
+            window = yield view
+            return _assemble(window, tail)
+        pending = sum(message_tokens(m, counter) for m in tail)
+        charged = _charge(view, counter, limit, reserve, pending)
+        try:
+            window = yield charged
+        except ContextBudgetError as exc:
+            if not retried:
+                retried = True
+                moved: Sequence[StoredMessage] = yield 1
+                if (moved[0].seq if moved else None) != newest:
+                    continue  # a write answered the call meanwhile: read again
+            raise ContextBudgetError(
+                f"{exc} (the reserve includes the turn in progress: {pending} tokens)",
+                required=exc.required, budget=exc.budget,
+            ) from exc
+        return _assemble(window, tail)
 
 
 def read_history_sync(store: MemoryStore, conversation_id: str,
                       view: ContextView) -> list[StoredMessage | Message]:
-    """The window of ``view`` plus the turn in progress; ``[]`` for an unknown conversation."""
+    """The window of ``view`` plus the turn in progress; ``[]`` for an unknown conversation.
+
+    Raises:
+        ContextBudgetError: a budgeted view cannot fit the anchored messages, the
+            newest unit and the turn in progress.
+    """
+    steps = _history_steps(view, view.resolve_counter(store.counter))
     try:
-        window = store.window(conversation_id, view)
-    except ConversationNotFoundError:
-        return []
-    steps = _history_steps(window.messages)
-    limit = next(steps)
-    while True:
-        try:
-            limit = steps.send(store.messages(conversation_id, limit=limit, newest_first=True))
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+        request = next(steps)
+        while True:
+            try:
+                if isinstance(request, int):
+                    got: Any = store.messages(conversation_id, limit=request, newest_first=True)
+                else:
+                    got = store.window(conversation_id, request).messages
+            except ConversationNotFoundError:
+                return []
+            except ContextBudgetError as exc:
+                request = steps.throw(exc)
+                continue
+            request = steps.send(got)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
 
 
 async def read_history(store: AnyStore, conversation_id: str,
@@ -175,18 +289,24 @@ async def read_history(store: AnyStore, conversation_id: str,
     """:func:`read_history_sync` for either store (awaits an AsyncMemoryStore)."""
     if isinstance(store, MemoryStore):
         return read_history_sync(store, conversation_id, view)
+    steps = _history_steps(view, view.resolve_counter(store.counter))
     try:
-        window = await store.window(conversation_id, view)
-    except ConversationNotFoundError:
-        return []
-    steps = _history_steps(window.messages)
-    limit = next(steps)
-    while True:
-        page = await store.messages(conversation_id, limit=limit, newest_first=True)
-        try:
-            limit = steps.send(page)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+        request = next(steps)
+        while True:
+            try:
+                if isinstance(request, int):
+                    got: Any = await store.messages(conversation_id, limit=request,
+                                                    newest_first=True)
+                else:
+                    got = (await store.window(conversation_id, request)).messages
+            except ConversationNotFoundError:
+                return []
+            except ContextBudgetError as exc:
+                request = steps.throw(exc)
+                continue
+            request = steps.send(got)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
 
 
 async def run(store: AnyStore, call: Callable[[Any], T | Awaitable[T]]) -> T:

@@ -290,7 +290,9 @@ class MemstoreChatCompletionContextConfig(BaseModel):
     """The declarative configuration of :class:`MemstoreChatCompletionContext`.
 
     Attributes:
-        url: the database URL (password included: keep dumped configs private).
+        url: the database URL, without a password (configs are written to files and
+            logs): libpq supplies it when the store is opened (``PGPASSWORD``,
+            ``~/.pgpass``, a service file), or set a URL with it before loading.
         conversation_id: the conversation the context reads and writes.
         view: the view configuration (``view.to_config()``); ``None``: every
             complete unit.
@@ -314,18 +316,20 @@ class MemstoreChatCompletionContext(ChatCompletionContext,
     message per result, in one transaction); ``get_messages`` returns the window of
     ``view`` as autogen messages, followed by the turn in progress (an assistant tool
     call whose results are not all stored yet), so the history is valid together
-    with the results the agent is about to add. A conversation that was never
-    written is ``[]``.
+    with the results the agent is about to add. A budgeted view is charged for the
+    turn in progress (its window gets that much less), so the whole history fits its
+    ``token_limit``. A conversation that was never written is ``[]``.
 
     ``save_state`` returns memstore's :class:`~memstore.ConversationState` as a
     JSON-compatible dict (under ``"memstore_state"``), so the state moves between
     databases; ``load_state`` replaces the conversation with it. ``clear`` deletes
     the conversation's messages.
 
-    ``dump_component()`` records the database URL, the conversation id, the view
-    configuration and the store's counter; ``load_component()`` opens a new store on
-    that URL and gives a context with the same behaviour; that context owns its
-    store, which :meth:`close` closes.
+    ``dump_component()`` records the database URL without its password, the
+    conversation id, the view configuration and the store's counter;
+    ``load_component()`` opens a new store on that URL (the password comes from
+    ``PGPASSWORD``, ``~/.pgpass`` or a URL put into the config) and gives a context with
+    the same behaviour; that context owns its store, which :meth:`close` closes.
 
     Args:
         conversation_id: the memstore conversation id.
@@ -410,9 +414,12 @@ class MemstoreChatCompletionContext(ChatCompletionContext,
     async def get_messages(self) -> list[LLMMessage]:
         """The view's window plus the turn in progress, as autogen messages.
 
+        A budgeted view's window leaves room for the turn in progress: the messages
+        returned fit its ``token_limit`` (with its ``reserve`` and tool schemas).
+
         Raises:
-            ContextBudgetError: a budgeted view cannot fit the anchored messages and
-                the newest unit.
+            ContextBudgetError: a budgeted view cannot fit the anchored messages, the
+                newest unit and the turn in progress.
         """
         history = await read_history(self._store, self._conversation_id, self._view)
         return from_memstore(history)

@@ -447,8 +447,10 @@ class MemstoreChatMessageHistory(BaseChatMessageHistory):
     complete unit) followed by the turn in progress: when the newest stored message
     is an ``AIMessage`` whose tool calls are not all answered, it comes back with the
     results stored so far, so the ``ToolMessage`` that ``RunnableWithMessageHistory``
-    is about to add answers a call the model is shown. A session that was never
-    written is ``[]``. ``add_messages`` writes a batch in one transaction.
+    is about to add answers a call the model is shown. A budgeted view is charged
+    for the turn in progress (its window gets that much less), so the whole history
+    fits its ``token_limit``. A session that was never written is ``[]``.
+    ``add_messages`` writes a batch in one transaction.
 
     Args:
         session_id: the memstore conversation id.
@@ -496,9 +498,12 @@ class MemstoreChatMessageHistory(BaseChatMessageHistory):
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
         """The view's window plus the turn in progress, as LangChain messages.
 
+        A budgeted view's window leaves room for the turn in progress: the messages
+        returned fit its ``token_limit`` (with its ``reserve`` and tool schemas).
+
         Raises:
-            ContextBudgetError: a budgeted view cannot fit the anchored messages and
-                the newest unit.
+            ContextBudgetError: a budgeted view cannot fit the anchored messages, the
+                newest unit and the turn in progress.
             ConfigurationError: the store is an AsyncMemoryStore (use aget_messages).
         """
         store = self._sync_store("messages")

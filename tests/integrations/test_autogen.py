@@ -10,8 +10,19 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sqlalchemy.engine import make_url
 
-from memstore import InvalidInputError, Message, TokenLimitedView, ToolCall, UnboundedView
+from memstore import (
+    ContextBudgetError,
+    FixedCounter,
+    InvalidInputError,
+    Message,
+    ScoreBasedView,
+    SummaryView,
+    TokenLimitedView,
+    ToolCall,
+    UnboundedView,
+)
 from tests.helpers import call
 from tests.integrations import (
     assert_constructor_refuses_what_the_store_would,
@@ -175,6 +186,87 @@ async def test_turn_in_progress_is_given_back(store: Any) -> None:
     assert "z" not in json.dumps(dumps(history))
 
 
+def words(n: int, word: str = "rain") -> str:
+    return " ".join([word] * n)
+
+
+def two_calls() -> AssistantMessage:
+    return AssistantMessage(content=[FunctionCall(id="a", name="w", arguments="{}"),
+                                     FunctionCall(id="b", name="w", arguments="{}")],
+                            source="agent")
+
+
+def result(call_id: str, text: str) -> FunctionExecutionResultMessage:
+    return FunctionExecutionResultMessage(content=[
+        FunctionExecutionResult(content=text, name="w", call_id=call_id, is_error=False)])
+
+
+def stored_form(messages: list[Any]) -> list[Message]:
+    return [m for message in messages for m in to_memstore(message)]
+
+
+BUDGETED_VIEWS = [
+    TokenLimitedView(token_limit=100, reserve=10),
+    TokenLimitedView(token_limit=100, reserve=10, start_on_user=True),
+    ScoreBasedView(token_limit=100, reserve=10),
+    SummaryView(token_limit=100, reserve=10),
+    # the view's own counter, not the store's, counts the window and the turn in progress
+    TokenLimitedView(token_limit=100, reserve=10,
+                     counter=FixedCounter(per_message=5, per_word=2, priming=1)),
+]
+
+
+@pytest.mark.parametrize("view", BUDGETED_VIEWS, ids=lambda v: type(v).__name__)
+async def test_a_budgeted_view_leaves_room_for_the_turn_in_progress(store: Any,
+                                                                   view: Any) -> None:
+    context = MemstoreChatCompletionContext("b", store, view=view)
+    await context.add_message(SystemMessage(content="Be brief."))
+    for i in range(10):
+        await context.add_message(UserMessage(content=f"question {i} about the weather",
+                                              source="user"))
+        await context.add_message(AssistantMessage(content=f"answer {i}: sunny all day",
+                                                   source="agent"))
+    question = UserMessage(content="Weather in Oslo and Bergen?", source="user")
+    half = result("a", words(12))
+    for message in (question, two_calls(), half):
+        await context.add_message(message)
+    counter = view.resolve_counter(store.counter)
+    got = await context.get_messages()
+    assert dumps(got[-3:]) == dumps([question, two_calls(), half])
+    assert isinstance(got[0], SystemMessage) and len(got) < 24, "the budget cut the window"
+    # what the agent sends — the window and the turn in progress — fits with the reserve
+    used = counter.count_messages(stored_form(got)) + view.reserve
+    assert used <= view.token_limit, (used, view.token_limit)
+    # once the call is answered it is an ordinary unit of the window
+    await context.add_message(result("b", "snow"))
+    got = await context.get_messages()
+    assert_openai_history_valid([m for msg in got for m in map(dict, to_oai_type(msg))])
+    assert counter.count_messages(stored_form(got)) + view.reserve <= view.token_limit
+
+
+@pytest.mark.parametrize("view", BUDGETED_VIEWS, ids=lambda v: type(v).__name__)
+async def test_a_turn_in_progress_too_big_for_the_budget_is_an_error(store: Any,
+                                                                    view: Any) -> None:
+    context = MemstoreChatCompletionContext("big", store, view=view)
+    for message in (UserMessage(content="Weather?", source="user"), two_calls(),
+                    result("a", words(120))):
+        await context.add_message(message)
+    with pytest.raises(ContextBudgetError, match="turn in progress") as caught:
+        await context.get_messages()
+    assert caught.value.budget == 100 and caught.value.required > 100
+    # fits alone but not beside the anchored messages and the newest unit
+    await context.clear()
+    for message in (SystemMessage(content=words(40, "rule")),
+                    UserMessage(content="Weather?", source="user"), two_calls(),
+                    result("a", words(40))):
+        await context.add_message(message)
+    with pytest.raises(ContextBudgetError, match="turn in progress") as caught:
+        await context.get_messages()
+    assert caught.value.budget == 100 and caught.value.required > 100
+    # without a budget the turn in progress is given back whatever its size
+    assert len(await MemstoreChatCompletionContext("big", store).get_messages()) == 4
+
+
 async def test_contract_edges(store: Any) -> None:
     context = MemstoreChatCompletionContext("never", store)
     assert await context.get_messages() == []
@@ -251,6 +343,42 @@ async def test_component_round_trip(db_url: str, kind: str) -> None:
     await context.close()  # not opened by the context: the store stays usable
     assert await call(store.messages("c"))
     await close_store(store)
+
+
+@pytest.mark.postgres
+async def test_a_dumped_component_holds_no_password(pg_url: str, kind: str,
+                                                    monkeypatch: Any) -> None:
+    """Configs are written to files and logs: the URL is dumped without its password,
+    which libpq takes from PGPASSWORD (or ~/.pgpass) when the component is loaded."""
+    secret = "s3cret:p@ss/word"
+    with_password = make_url(pg_url).set(password=secret).render_as_string(
+        hide_password=False)
+    in_query = make_url(pg_url).update_query_dict({"password": secret}).render_as_string(
+        hide_password=False)
+    for url in (with_password, in_query):
+        store = await open_store(kind, url)
+        context = MemstoreChatCompletionContext(
+            "pw", store, view=TokenLimitedView(token_limit=500))  # type: ignore[arg-type]
+        await context.clear()
+        await context.add_message(UserMessage(content="hi", source="user"))
+        model = context.dump_component()
+        assistant = AssistantAgent("plain", model_context=context, model_client=
+                                   ReplayChatCompletionClient(["ok"], model_info=MODEL_INFO))
+        for text in (model.model_dump_json(), assistant.dump_component().model_dump_json()):
+            assert "s3cret" not in text and "***" not in text
+        dumped = make_url(model.config["url"])
+        assert dumped.password is None and "password" not in dumped.query
+        assert dumped.set(password=None) == make_url(pg_url).set(
+            drivername=dumped.drivername, password=None)
+        monkeypatch.setenv("PGPASSWORD", secret)
+        loaded = ChatCompletionContext.load_component(json.loads(model.model_dump_json()))
+        assert isinstance(loaded, MemstoreChatCompletionContext)
+        assert dumps(await loaded.get_messages()) == dumps(
+            [UserMessage(content="hi", source="user")])
+        await loaded.add_message(AssistantMessage(content="hello", source="agent"))
+        assert len(await context.get_messages()) == 2
+        await loaded.close()
+        await close_store(store)
 
 
 async def test_memory_injections_age_out_of_a_budgeted_window(store: Any) -> None:

@@ -14,10 +14,15 @@ from pydantic import ValidationError
 
 from memstore import (
     ConfigurationError,
+    ContextBudgetError,
+    FixedCounter,
     ImagePart,
     ImageURL,
     InvalidInputError,
+    MemoryStore,
     Message,
+    ScoreBasedView,
+    SummaryView,
     TextPart,
     TiktokenCounter,
     TokenLimitedView,
@@ -205,6 +210,112 @@ async def test_turn_in_progress(store: Any) -> None:
     final = await history.aget_messages()
     assert_openai_history_valid(openai_form(final))
     assert not any(getattr(m, "id", None) == "run-2" for m in final)
+
+
+def words(n: int, word: str = "rain") -> str:
+    return " ".join([word] * n)
+
+
+BUDGETED_VIEWS = [
+    TokenLimitedView(token_limit=100, reserve=10),
+    TokenLimitedView(token_limit=100, reserve=10, start_on_user=True),
+    ScoreBasedView(token_limit=100, reserve=10),
+    SummaryView(token_limit=100, reserve=10),
+    # the view's own counter, not the store's, counts the window and the turn in progress
+    TokenLimitedView(token_limit=100, reserve=10,
+                     counter=FixedCounter(per_message=5, per_word=2, priming=1)),
+]
+
+
+@pytest.mark.parametrize("view", BUDGETED_VIEWS, ids=lambda v: type(v).__name__)
+async def test_a_budgeted_view_leaves_room_for_the_turn_in_progress(store: Any,
+                                                                   view: Any) -> None:
+    history = MemstoreChatMessageHistory("b", store, view=view)
+    await history.aadd_messages([SystemMessage("Be brief.")] + [
+        m for i in range(10) for m in (HumanMessage(f"question {i} about the weather"),
+                                       AIMessage(f"answer {i}: sunny all day"))])
+    pending = calls("Oslo", "Bergen", turn=1)
+    half = ToolMessage(words(12), tool_call_id="t1-0")
+    await history.aadd_messages([HumanMessage("Weather in Oslo and Bergen?"), pending, half])
+    counter = view.resolve_counter(store.counter)
+    got = await history.aget_messages()
+    assert got[-3:] == [HumanMessage("Weather in Oslo and Bergen?"), pending, half]
+    assert got[0] == SystemMessage("Be brief.") and len(got) < 24, "the budget cut the window"
+    # what is sent — the window and the turn in progress — fits the budget with its reserve
+    used = counter.count_messages([to_memstore(m) for m in got]) + view.reserve
+    assert used <= view.token_limit, (used, view.token_limit)
+    if isinstance(store, MemoryStore):
+        assert history.messages == got
+    # once the call is answered it is an ordinary unit of the window
+    await history.aadd_messages([ToolMessage("snow", tool_call_id="t1-1")])
+    got = await history.aget_messages()
+    assert_openai_history_valid(openai_form(got))
+    assert counter.count_messages([to_memstore(m) for m in got]) + view.reserve <= 100
+
+
+@pytest.mark.parametrize("view", BUDGETED_VIEWS, ids=lambda v: type(v).__name__)
+async def test_a_turn_in_progress_too_big_for_the_budget_is_an_error(store: Any,
+                                                                    view: Any) -> None:
+    history = MemstoreChatMessageHistory("big", store, view=view)
+    await history.aadd_messages([HumanMessage("Weather?"), calls("Oslo", "Bergen", turn=1),
+                                 ToolMessage(words(120), tool_call_id="t1-0")])
+    with pytest.raises(ContextBudgetError, match="turn in progress") as caught:
+        await history.aget_messages()
+    assert caught.value.budget == 100 and caught.value.required > 100
+    if isinstance(store, MemoryStore):
+        with pytest.raises(ContextBudgetError):
+            history.messages  # noqa: B018
+    # fits alone but not beside the anchored messages and the newest unit: the view's
+    # own error, naming the turn in progress
+    await history.aclear()
+    await history.aadd_messages([SystemMessage(words(40, "rule")), HumanMessage("Weather?"),
+                                 calls("Oslo", "Bergen", turn=1),
+                                 ToolMessage(words(40), tool_call_id="t1-0")])
+    with pytest.raises(ContextBudgetError, match="turn in progress") as caught:
+        await history.aget_messages()
+    assert caught.value.budget == 100 and caught.value.required > 100
+    # without a budget the turn in progress is given back whatever its size
+    unbounded = MemstoreChatMessageHistory("big", store)
+    assert len(await unbounded.aget_messages()) == 4
+
+
+async def test_a_write_answering_the_call_between_the_reads(store: Any) -> None:
+    """The call is answered after the newest messages were read and before the window:
+    the window, charged for the turn in progress, cannot hold the now complete unit
+    once more, so the history is read again rather than failing."""
+    history = MemstoreChatMessageHistory("race", store)
+    first = ToolMessage(words(10), tool_call_id="t1-0")
+    second = ToolMessage(words(10, "snow"), tool_call_id="t1-1")
+    await history.aadd_messages([HumanMessage("Weather?"), calls("Oslo", "Bergen", turn=1),
+                                 first])
+    counter = store.counter
+    everything = [to_memstore(m) for m in await history.aget_messages()] + [to_memstore(second)]
+    view = TokenLimitedView(token_limit=counter.count_messages(everything) + 5, reserve=5)
+    window = store.window
+    wrote: list[bool] = []
+
+    def spy(cid: str, view: Any) -> Any:
+        if isinstance(store, MemoryStore):
+            if not wrote:
+                wrote.append(True)
+                store.append(cid, to_memstore(second))
+            return window(cid, view)
+
+        async def later() -> Any:
+            if not wrote:
+                wrote.append(True)
+                await store.append(cid, to_memstore(second))
+            return await window(cid, view)
+
+        return later()
+
+    store.window = spy
+    try:
+        got = await MemstoreChatMessageHistory("race", store, view=view).aget_messages()
+    finally:
+        del store.window
+    assert wrote and got[-2:] == [first, second]
+    assert_openai_history_valid(openai_form(got))
 
 
 async def test_edges(store: Any) -> None:
