@@ -198,7 +198,7 @@ def _check_counter(view: str, counter: object, tools: object = None) -> None:
         raise ConfigurationError(
             f"{view} counter {cast(TokenCounter, counter).name!r} has no count_tools method, "
             "so it cannot count the schemas given as tools=; implement count_tools(tools) -> "
-            "int (or subclass memstore.BaseTokenCounter and implement count_text), or leave "
+            "int (or subclass memstore.BaseTokenCounter, which provides it), or leave "
             "tools= unset and add their tokens to reserve="
         )
 

@@ -187,9 +187,17 @@ def test_base_counter_gives_count_messages_priming_and_equality() -> None:
     assert WithTextHook().count_messages(m) == 4 + 5
     assert counter == OnlyNameAndMessage() and hash(counter) == hash(OnlyNameAndMessage())
     assert counter != WithTextHook() and repr(counter) == "OnlyNameAndMessage('sub/chars')"
-    with pytest.raises(ConfigurationError, match="implement count_text"):
-        counter.count_tools(TOOLS)
+    # count_tools without a count_text hook: the text's count under count_message
+    # (a user message holding the schemas' JSON, less an empty one)
+    assert counter.count_tools(TOOLS) == len(json.dumps(TOOLS, ensure_ascii=False)) // 4 > 0
     assert counter.count_tools([]) == 0
+
+    class Shrinking(OnlyNameAndMessage):
+        def count_message(self, message: Message) -> int:
+            return 100 - len(message.text)
+
+    with pytest.raises(ConfigurationError, match="implement count_text"):
+        Shrinking().count_tools(TOOLS)
     hooked = WithTextHook()
     assert hooked.count_tools(TOOLS) == len(json.dumps(TOOLS, ensure_ascii=False)) // 4 > 0
 
@@ -205,12 +213,11 @@ def test_tools_need_count_tools() -> None:
         for history_ in (msgs, []):
             with pytest.raises(ConfigurationError, match="no count_tools method"):
                 view.apply(history_, ProtoCounter())
-            with pytest.raises(ConfigurationError, match="implement count_text"):
-                view.apply(history_, OnlyNameAndMessage())
-        # With the count_text hook the schemas are counted into the reserve.
-        hooked = WithTextHook()
-        window = cls(50, tools=TOOLS).apply(msgs, hooked)
-        assert window.token_count + hooked.count_tools(TOOLS) <= 50
+        # A BaseTokenCounter subclass counts them (count_text derived from count_message,
+        # or its own hook) into the reserve.
+        for counter in (OnlyNameAndMessage(), WithTextHook()):
+            window = cls(50, tools=TOOLS).apply(msgs, counter)
+            assert window.token_count + counter.count_tools(TOOLS) <= 50
 
 
 # ---- through the stores ------------------------------------------------------------------------

@@ -170,7 +170,7 @@ def count_tool_schemas(counter: TokenCounter, tools: Sequence[Mapping[str, Any]]
         raise ConfigurationError(
             f"{_describe(counter)} has no count_tools method, so it cannot count the "
             f"{len(tools)} tool schema(s) given as tools=; implement count_tools(tools) -> int "
-            "(or subclass memstore.BaseTokenCounter and implement count_text), or leave "
+            "(or subclass memstore.BaseTokenCounter, which provides it), or leave "
             "tools= unset and add their tokens to reserve="
         )
     return _check_count(counter, "count_tools", count_tools(tools))
@@ -311,20 +311,34 @@ class BaseTokenCounter:
     def count_text(self, text: str) -> int:
         """Tokens of a plain text: the hook ``count_tools`` counts schemas with.
 
-        Override it (e.g. ``return len(self.encode(text))``) to let views take
-        ``tools=``.
+        By default it is derived from :meth:`count_message`: the tokens of a user
+        message holding ``text`` less those of an empty one (the per-message overhead),
+        so a counter that implements only ``name`` and ``count_message`` counts tool
+        schemas with its own rule. Override it (e.g. ``return len(self.encode(text))``)
+        when the counter has a direct (or cheaper) count of a text.
 
         Raises:
-            ConfigurationError: always, unless a subclass overrides it.
+            ConfigurationError: the derived count is not an int >= 0 (``count_message``
+                charges a text less than nothing): override ``count_text``.
         """
-        raise ConfigurationError(
-            f"{_describe(self)} cannot count tool schemas: implement count_text(text) -> int "
-            "(the schemas are counted as JSON text through it) or count_tools(tools) -> int, "
-            "or leave tools= unset and add their tokens to reserve="
-        )
+        full = self.count_message(Message(role="user", content=text))
+        empty = self.count_message(Message(role="user", content=""))
+        tokens = full - empty if type(full) is int and type(empty) is int else None
+        if tokens is None or tokens < 0:
+            raise ConfigurationError(
+                f"{_describe(self)} cannot count tool schemas: count_text is derived from "
+                f"count_message (a user message holding the text, less an empty one), which "
+                f"gave {full!r} - {empty!r}; implement count_text(text) -> int or "
+                "count_tools(tools) -> int, or leave tools= unset and add their tokens to "
+                "reserve="
+            )
+        return tokens
 
     def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
         """Tokens of tool schemas: ``count_text`` of their JSON text; 0 for no tools.
+
+        (With the default :meth:`count_text`, that is what ``count_message`` charges
+        for the JSON text as a message's content.)
 
         Args:
             tools: tool schemas, in any JSON-serialisable shape.
@@ -333,7 +347,7 @@ class BaseTokenCounter:
             The tokens of the schemas.
 
         Raises:
-            ConfigurationError: the subclass has no ``count_text`` hook.
+            ConfigurationError: ``count_text`` cannot count the text.
             InvalidInputError: ``tools`` is not JSON-serialisable.
         """
         if not tools:
