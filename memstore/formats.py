@@ -197,9 +197,44 @@ def _tool_input(call: ToolCall, message: Message) -> dict[str, Any]:
     return value
 
 
-def _message_blocks(message: Message) -> list[dict[str, Any]]:
+class _ToolUseIds:
+    """The ids ``to_anthropic`` gives tool calls: unique in the request, in Anthropic's alphabet.
+
+    Anthropic refuses a request in which two ``tool_use`` blocks share an id (400
+    "tool_use ids must be unique"), and ids outside ``[a-zA-Z0-9_-]``. Some models
+    and servers reuse ids across responses (``call_0`` on every turn), and some use
+    other characters (``functions.get_weather:0``). A call keeps its id when it is
+    valid and new; otherwise its characters outside the alphabet become ``_`` and a
+    repeat gets the first free ``_2``, ``_3``... suffix. A tool result answers the
+    newest call with its id so far (units keep results right after their call).
+    """
+
+    def __init__(self) -> None:
+        self._used: set[str] = set()
+        self._current: dict[str, str] = {}
+
+    def call(self, original: str) -> str:
+        base = _ANTHROPIC_ID_UNSAFE.sub("_", original)
+        new, k = base, 1
+        while new in self._used:
+            k += 1
+            new = f"{base}_{k}"
+        self._used.add(new)
+        self._current[original] = new
+        return new
+
+    def result(self, original: str) -> str:
+        return self._current.get(original) or _ANTHROPIC_ID_UNSAFE.sub("_", original)
+
+
+_ANTHROPIC_ID_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def _message_blocks(message: Message, ids: _ToolUseIds) -> list[dict[str, Any]]:
     if message.role == "tool":
-        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.tool_call_id}
+        assert message.tool_call_id is not None
+        block: dict[str, Any] = {"type": "tool_result",
+                                 "tool_use_id": ids.result(message.tool_call_id)}
         inner = _anthropic_content(message)
         if isinstance(message.content, str):
             if message.content:
@@ -211,7 +246,7 @@ def _message_blocks(message: Message) -> list[dict[str, Any]]:
         return [block]
     blocks = _anthropic_content(message)
     for call in message.tool_calls or ():
-        blocks.append({"type": "tool_use", "id": call.id, "name": call.name,
+        blocks.append({"type": "tool_use", "id": ids.call(call.id), "name": call.name,
                        "input": _tool_input(call, message)})
     return blocks
 
@@ -225,7 +260,10 @@ def to_anthropic(messages: Iterable[Message]) -> dict[str, Any]:
     Returns:
         ``{"system": [text blocks], "messages": [message params]}``; ``system`` is
         omitted when there is no system or developer message. Pass it as
-        ``client.messages.create(model=..., max_tokens=..., **result)``.
+        ``client.messages.create(model=..., max_tokens=..., **result)``. Tool call
+        ids are made unique in the request and fit Anthropic's ``[a-zA-Z0-9_-]``
+        alphabet (a repeated ``call_0`` becomes ``call_0_2``, with its results); ids
+        that are already both are sent as they are.
 
     Raises:
         InvalidInputError: a tool call's arguments are not a JSON object (or are
@@ -234,6 +272,7 @@ def to_anthropic(messages: Iterable[Message]) -> dict[str, Any]:
     """
     system: list[dict[str, Any]] = []
     turns: list[dict[str, Any]] = []
+    ids = _ToolUseIds()
     for message in messages:
         cache = cache_control_of(message)
         if message.role in ("system", "developer"):
@@ -244,7 +283,7 @@ def to_anthropic(messages: Iterable[Message]) -> dict[str, Any]:
                     block["cache_control"] = cache
                 system.append(block)
             continue
-        blocks = _message_blocks(message)
+        blocks = _message_blocks(message, ids)
         if not blocks:
             continue
         if cache is not None:

@@ -113,3 +113,30 @@ def test_to_openai_sends_an_assistant_message_without_content_or_calls_as_empty_
     assert Message(role="assistant").to_openai() == {"role": "assistant", "content": ""}
     call = Message(role="assistant", tool_calls=[ToolCall(id="a", name="f", arguments="{}")])
     assert call.to_openai()["content"] is None
+
+
+def test_to_anthropic_makes_tool_use_ids_unique_and_valid() -> None:
+    """Anthropic refuses repeated tool_use ids (400 "tool_use ids must be unique") and ids
+    outside [a-zA-Z0-9_-]; some servers reuse call_0 on every turn, some use other
+    characters. The request renames them consistently with their results."""
+    def call(i: str) -> Message:
+        return Message.assistant(tool_calls=[ToolCall(id=i, name="f", arguments="{}")])
+
+    messages = [
+        Message.user("a"), call("call_0"), Message.tool("r1", tool_call_id="call_0"),
+        Message.user("b"), call("call_0"), Message.tool("r2", tool_call_id="call_0"),
+        call("call_0_2"), Message.tool("r3", tool_call_id="call_0_2"),
+        call("functions.f:0"), Message.tool("r4", tool_call_id="functions.f:0"),
+    ]
+    turns = to_anthropic(messages)["messages"]
+    uses = [b["id"] for t in turns for b in t["content"] if b["type"] == "tool_use"]
+    results = [(b["tool_use_id"], b["content"]) for t in turns for b in t["content"]
+               if b["type"] == "tool_result"]
+    assert uses == ["call_0", "call_0_2", "call_0_2_2", "functions_f_0"]
+    assert results == [("call_0", "r1"), ("call_0_2", "r2"), ("call_0_2_2", "r3"),
+                       ("functions_f_0", "r4")]
+    # ids that are already unique and valid are sent as they are
+    plain = to_anthropic([Message.user("q"), call("toolu_1"),
+                          Message.tool("x", tool_call_id="toolu_1")])["messages"]
+    assert plain[1]["content"][0]["id"] == "toolu_1"
+    assert plain[2]["content"][0]["tool_use_id"] == "toolu_1"
