@@ -16,11 +16,13 @@ so it coexists with a host application's Alembic history in one database.
 from __future__ import annotations
 
 import io
+import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import TextIO
+from typing import Literal, TextIO
 
 from alembic import command
 from alembic.config import Config
@@ -28,9 +30,11 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, text
 
-from memstore._engine import make_engine, write_options
+from memstore._engine import make_engine, sync_url, write_options
 from memstore.errors import (
     ConfigurationError,
+    DatabaseError,
+    InvalidInputError,
     SchemaOutOfDateError,
     SchemaTooNewError,
     translate_db_errors,
@@ -89,16 +93,29 @@ def heads() -> tuple[str, ...]:
     return tuple(ScriptDirectory.from_config(_config()).get_heads())
 
 
-_KNOWN: frozenset[str] | None = None
+_CHAIN: tuple[str, ...] | None = None
+
+
+def _chain() -> tuple[str, ...]:
+    """The ids of memstore's revisions, oldest first (its history is one line from base)."""
+    global _CHAIN
+    if _CHAIN is None:
+        script = ScriptDirectory.from_config(_config())
+        newest_first = list(script.walk_revisions())
+        chain = tuple(s.revision for s in reversed(newest_first))
+        downs = tuple(s.down_revision for s in reversed(newest_first))
+        if downs != (None, *chain[:-1]):
+            raise ConfigurationError(
+                "memstore's migration scripts do not form one line from base to head "
+                "(reinstall memstore)"
+            )
+        _CHAIN = chain
+    return _CHAIN
 
 
 def known_revisions() -> frozenset[str]:
     """Every revision id of memstore's migration scripts."""
-    global _KNOWN
-    if _KNOWN is None:
-        script = ScriptDirectory.from_config(_config())
-        _KNOWN = frozenset(s.revision for s in script.walk_revisions())
-    return _KNOWN
+    return frozenset(_chain())
 
 
 def refuse_newer(at: tuple[str, ...]) -> None:
@@ -111,13 +128,203 @@ def refuse_newer(at: tuple[str, ...]) -> None:
         raise SchemaTooNewError(", ".join(unknown))
 
 
+# ---- revision arguments -------------------------------------------------------------------
+
+Direction = Literal["upgrade", "downgrade"]
+
+#: Alembic's relative form: ``[branch@][symbol]+N`` or ``-N`` (no symbol: from the database's
+#: revision), e.g. ``head-1``, ``base+2``, ``0001_initial+1``, ``+1``, ``-1``.
+_RELATIVE = re.compile(r"(?:(?P<label>[^@]*)@)?(?P<symbol>\w+)?(?P<steps>[+-][0-9]+)", re.ASCII)
+
+
+def _name(position: int) -> str:
+    """The revision at ``position`` of the chain (0 is base)."""
+    return "base" if position == 0 else _chain()[position - 1]
+
+
+def _bad_revision(revision: str, reason: str) -> InvalidInputError:
+    return InvalidInputError(f"revision {revision!r}: {reason} (memstore's revisions: base, "
+                             f"{', '.join(_chain())} (head))")
+
+
+class _Revision:
+    """A revision argument, checked against memstore's revisions (not yet the database's).
+
+    The forms are Alembic's: a revision id (or a unique prefix of four characters or
+    more), ``head``/``heads``, ``base``, optionally ``<revision>@`` before it (memstore
+    has one branch), and relative forms ``<symbol>+N``/``<symbol>-N`` or ``+N``/``-N``
+    (from the database's revision). Unlike Alembic, a form that walks past base or head
+    is refused (Alembic fails with an ``AssertionError``, or resolves ``base-1`` to head).
+    """
+
+    def __init__(self, revision: object, direction: Direction | None,
+                 argument: str | None = None) -> None:
+        if not isinstance(revision, str):
+            raise InvalidInputError(
+                "the revision must be a str (a revision id, head, base, or a relative form "
+                f"such as head-1), not {type(revision).__name__}"
+            )
+        self.argument = revision if argument is None else argument  # what errors name
+        self.direction = direction
+        self.steps = 0
+        if not revision.strip():
+            raise self.error("the revision is empty")
+        if ":" in revision:
+            raise self.error("a range (start:end) is valid only with sql=True (--sql)")
+        match = _RELATIVE.fullmatch(revision)
+        label: str | None
+        if match:
+            label, symbol = match.group("label"), match.group("symbol")
+            self.steps = int(match.group("steps"))
+        else:
+            before, at_sign, symbol = revision.rpartition("@")
+            label = before if at_sign else None
+            if not symbol:
+                raise self.error("it names no revision after '@'")
+        if label is not None:
+            if label in ("", "base", "head", "heads"):
+                raise self.error(f"{label!r} is not a branch of memstore's revisions")
+            self._position(label)  # memstore's one branch is named by any of its revisions
+        #: Where the walk starts: a position of the chain, or None for the database's revision.
+        self.start = self._position(symbol) if symbol else None
+        if self.start is None and direction == "upgrade" and self.steps < 0:
+            raise self.error("upgrade moves forward; use downgrade to go back")
+        if self.start is None and direction == "downgrade" and self.steps > 0:
+            raise self.error("downgrade moves back; use upgrade to go forward")
+        if self.start is not None:
+            self._walk(self.start, str(symbol))
+
+    def error(self, reason: str) -> InvalidInputError:
+        return _bad_revision(self.argument, reason)
+
+    def _position(self, symbol: str) -> int:
+        chain = _chain()
+        if symbol in ("head", "heads"):
+            return len(chain)
+        if symbol == "base":
+            return 0
+        if symbol in chain:
+            return chain.index(symbol) + 1
+        matches = [i for i, rev in enumerate(chain) if len(symbol) >= 4 and rev.startswith(symbol)]
+        if len(matches) > 1:
+            raise self.error(f"{symbol!r} starts several revisions "
+                             f"({', '.join(chain[i] for i in matches)})")
+        if not matches:
+            raise self.error(f"memstore has no revision {symbol!r}")
+        return matches[0] + 1
+
+    def _walk(self, start: int, origin: str) -> int:
+        target = start + self.steps
+        if target < 0:
+            raise self.error(f"{-self.steps} step(s) back from {origin} is before base")
+        if target > len(_chain()):
+            raise self.error(f"{self.steps} step(s) forward from {origin} is past head "
+                             f"({_chain()[-1]})")
+        return target
+
+    def resolve(self, at: int, where: str = "the database's revision") -> int:
+        """The target's position, the walk of a relative form starting at position ``at``.
+
+        A downgrade target above ``at`` is refused (Alembic's error names no revision).
+        """
+        target = self._walk(at if self.start is None else self.start, f"{where} ({_name(at)})")
+        if self.direction == "downgrade" and target > at:
+            raise self.error(f"{where} is {_name(at)}, below {_name(target)}; downgrade "
+                             "cannot move up (use upgrade)")
+        return target
+
+
+def validate_revision(revision: object, direction: Direction, *, sql: bool = False) -> None:
+    """Raise :class:`InvalidInputError` for a revision argument that names no target.
+
+    Checks what can be checked without the database: the type, the syntax, that the ids
+    are memstore's and that a relative form stays between base and head (a form relative
+    to the database's revision is checked when :func:`upgrade` or :func:`downgrade` has
+    read it). The CLI calls it before it opens the database.
+    """
+    if sql:
+        _offline_range(revision, direction)
+    else:
+        _Revision(revision, direction)
+
+
+def _offline_range(revision: object, direction: Direction) -> tuple[int, int]:
+    """The (start, end) positions of an ``sql=True`` run, from ``end`` or ``start:end``.
+
+    Without a start, an upgrade starts at base and a downgrade at head.
+    """
+    if isinstance(revision, str) and ":" in revision:
+        first, _, second = revision.partition(":")
+        if ":" in second:
+            raise _bad_revision(revision, "a range has one ':' (start:end)")
+        start = _Revision(first, None, revision)
+        if start.start is None:
+            raise start.error("the start of an sql range cannot be relative to the database's "
+                              "revision (sql mode reads no database)")
+        begin = start.start
+        end = _Revision(second, direction, revision)
+        where = "the sql range's start"
+    else:
+        end = _Revision(revision, direction)
+        begin = 0 if direction == "upgrade" else len(_chain())
+        where = "the sql run's start"
+    target = end.resolve(begin, where)
+    if direction == "upgrade" and target < begin:
+        raise end.error(f"{where} is {_name(begin)}, above {_name(target)}; upgrade "
+                        "cannot move down (use downgrade)")
+    return begin, target
+
+
+def _check_bind(bind: object) -> None:
+    if not isinstance(bind, (Engine, Connection, str)):
+        raise ConfigurationError(
+            "bind must be an Engine, a Connection or a database URL (str), "
+            f"not {type(bind).__name__}"
+        )
+
+
+def _check_output(output: object) -> None:
+    if output is not None and not callable(getattr(output, "write", None)):
+        raise InvalidInputError(
+            f"output must be a writable text stream (or None), not {type(output).__name__}"
+        )
+
+
+def _missing_sqlite_file(bind: Bind, *, create: bool) -> bool:
+    """Whether ``bind`` names a SQLite file that does not exist (so there is nothing to read).
+
+    Raises :class:`ConfigurationError` when the path is a directory, or when ``create``
+    and the file's directory does not exist: SQLite's own error ("unable to open
+    database file") names neither.
+    """
+    if isinstance(bind, Connection):
+        return False
+    u = bind.url if isinstance(bind, Engine) else sync_url(bind)
+    path = u.database
+    if u.get_backend_name() != "sqlite" or not path or path == ":memory:" \
+            or path.startswith("file:") or u.query.get("uri"):
+        return False
+    if os.path.isdir(path):
+        raise ConfigurationError(f"the SQLite database {path!r} is a directory, not a file")
+    if os.path.exists(path):
+        return False
+    parent = os.path.dirname(os.path.abspath(path))
+    if create and not os.path.isdir(parent):
+        raise ConfigurationError(
+            f"cannot create the SQLite database {path!r}: the directory {parent!r} does not exist"
+        )
+    return True
+
+
 @contextmanager
 def _connection(bind: Bind, *, write: bool) -> Iterator[Connection]:
     """A connection inside a transaction; writers take the migration lock."""
+    _check_bind(bind)
     if isinstance(bind, Connection):
-        if write:
-            _take_lock(bind)
-        yield bind
+        with translate_db_errors():
+            if write:
+                _take_lock(bind)
+            yield bind
         return
     engine = make_engine(bind) if isinstance(bind, str) else bind
     try:
@@ -140,7 +347,13 @@ def _take_lock(conn: Connection) -> None:
 
 
 def current(bind: Bind) -> tuple[str, ...]:
-    """The revision(s) the database is at (empty when memstore's tables were never created)."""
+    """The revision(s) the database is at (empty when memstore's tables were never created).
+
+    A SQLite file that does not exist is at no revision, and is not created.
+    """
+    _check_bind(bind)
+    if _missing_sqlite_file(bind, create=False):
+        return ()
     with _connection(bind, write=False) as conn:
         return _current(conn)
 
@@ -150,10 +363,22 @@ def _current(conn: Connection) -> tuple[str, ...]:
     return tuple(ctx.get_current_heads())
 
 
+def _position_at(conn: Connection) -> int:
+    """The database's position in memstore's revisions (0: base), for a migration."""
+    at = _current(conn)
+    refuse_newer(at)
+    if len(at) > 1:
+        raise DatabaseError(
+            f"memstore's version table {VERSION_TABLE} holds several revisions "
+            f"({', '.join(at)}), but memstore's history is one line: it was edited by hand "
+            "or by another tool. Leave the one revision the tables match, then migrate"
+        )
+    return _chain().index(at[0]) + 1 if at else 0
+
+
 def is_current(bind: Bind) -> bool:
     """Whether the database schema is at memstore's head revision."""
-    with _connection(bind, write=False) as conn:
-        return set(_current(conn)) == set(heads())
+    return set(current(bind)) == set(heads())
 
 
 def check(bind: Bind) -> None:
@@ -162,13 +387,15 @@ def check(bind: Bind) -> None:
     The error names the command that fixes it. A database migrated by a newer
     memstore (a revision this one does not know) raises :class:`SchemaTooNewError`.
     """
-    with _connection(bind, write=False) as conn:
-        check_connection(conn)
+    _require_head(current(bind))
 
 
 def check_connection(conn: Connection) -> None:
     """:func:`check` on an open connection (used by the stores)."""
-    at = _current(conn)
+    _require_head(_current(conn))
+
+
+def _require_head(at: tuple[str, ...]) -> None:
     refuse_newer(at)
     want = heads()
     if set(at) != set(want):
@@ -181,12 +408,12 @@ def check_connection(conn: Connection) -> None:
 
 def upgrade_connection(conn: Connection, revision: str = "head") -> None:
     """Upgrade on an open connection whose transaction the caller manages."""
+    target = _Revision(revision, "upgrade")
     _take_lock(conn)
-    at = _current(conn)
-    refuse_newer(at)
-    if revision == "head" and set(at) == set(heads()):
-        return
-    command.upgrade(_config(conn), revision)
+    at = _position_at(conn)
+    position = target.resolve(at)
+    if position > at:  # an upgrade never moves down: at or past the target, nothing to do
+        command.upgrade(_config(conn), _name(position))
 
 
 def upgrade(
@@ -194,19 +421,32 @@ def upgrade(
 ) -> str | None:
     """Upgrade the database to ``revision`` (default: head), in one transaction.
 
+    A database already at or past ``revision`` is left as it is.
+
     Args:
         bind: an Engine, a Connection, or a database URL.
-        revision: the target revision.
+        revision: the target: a revision id, ``head``, ``base``, or a relative form
+            (``head-1``, ``base+2``, ``+1`` from the database's revision). In ``sql``
+            mode also a range ``start:end`` (default start: base).
         sql: do not touch the database; return the DDL a DBA would run instead
             (``bind`` must then be a URL or Engine, used for its dialect only).
         output: where to write the DDL in ``sql`` mode (default: returned as a string).
 
     Returns:
         The DDL text in ``sql`` mode, else ``None``.
+
+    Raises:
+        InvalidInputError: ``revision`` names no revision of memstore's, or walks past
+            base or head (nothing was written).
     """
     if sql:
-        return _offline(bind, f"{revision}" if ":" in revision else f"base:{revision}",
-                        "upgrade", output)
+        _check_output(output)
+        begin, end = _offline_range(revision, "upgrade")
+        return _offline(bind, f"{_name(begin)}:{_name(end)}", "upgrade", output)
+    target = _Revision(revision, "upgrade")
+    _check_bind(bind)
+    if _missing_sqlite_file(bind, create=True) and target.resolve(0) == 0:
+        return None  # a new database stays at base: create no file for it
     with _connection(bind, write=True) as conn:
         upgrade_connection(conn, revision)
     return None
@@ -215,12 +455,27 @@ def upgrade(
 def downgrade(
     bind: Bind, revision: str, *, sql: bool = False, output: TextIO | None = None
 ) -> str | None:
-    """Downgrade the database to ``revision`` (``"base"`` removes memstore's tables)."""
+    """Downgrade the database to ``revision`` (``"base"`` removes memstore's tables).
+
+    ``revision`` takes the forms :func:`upgrade` does (``-1``: one revision down from
+    the database's). A target above the database's revision raises
+    :class:`InvalidInputError`, and nothing is written; in ``sql`` mode the DDL runs
+    down from head, or from ``start`` in a range ``start:end``.
+    """
     if sql:
-        return _offline(bind, f"head:{revision}", "downgrade", output)
+        _check_output(output)
+        begin, end = _offline_range(revision, "downgrade")
+        return _offline(bind, f"{_name(begin)}:{_name(end)}", "downgrade", output)
+    target = _Revision(revision, "downgrade")
+    _check_bind(bind)
+    if _missing_sqlite_file(bind, create=False):
+        target.resolve(0)  # nothing to remove, and no file to create
+        return None
     with _connection(bind, write=True) as conn:
-        refuse_newer(_current(conn))
-        command.downgrade(_config(conn), revision)
+        at = _position_at(conn)
+        position = target.resolve(at)
+        if position < at:
+            command.downgrade(_config(conn), _name(position))
     return None
 
 
@@ -230,8 +485,6 @@ def _offline(bind: Bind, revision: str, direction: str, output: TextIO | None) -
     elif isinstance(bind, Engine):
         url = bind.url
     else:
-        from memstore._engine import sync_url
-
         url = sync_url(bind)
     buffer = output or io.StringIO()
     cfg = _config(output=buffer)
@@ -334,19 +587,24 @@ def create_partitioned(
     if sql:
         text_ = "BEGIN;\n\n" + "".join(f"{statement};\n\n" for statement in statements)
         text_ += "COMMIT;\n"
+        _check_output(output)
         if output is not None:
             output.write(text_)
             return None
         return text_
+    _check_bind(bind)
+    # Before connecting: a connection would create a SQLite file.
+    dialect = (bind.dialect.name if isinstance(bind, (Engine, Connection))
+               else sync_url(bind).get_backend_name())
+    if dialect != "postgresql":
+        raise ConfigurationError(
+            f"the partitioned layout is PostgreSQL's; this database is {dialect}"
+        )
     with _connection(bind, write=True) as conn:
-        if conn.dialect.name != "postgresql":
-            raise ConfigurationError(
-                f"the partitioned layout is PostgreSQL's; this database is {conn.dialect.name}"
-            )
         existing = conn.execute(text(
             "SELECT count(*) FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
-            "ON n.oid = c.relnamespace WHERE n.nspname = current_schema() "
-            "AND c.relname IN ('memstore_conversations', 'memstore_messages', :version)"
+            "ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relname IN "
+            "('memstore_conversations', 'memstore_messages', 'memstore_summaries', :version)"
         ), {"version": VERSION_TABLE}).scalar_one()
         if existing:
             raise ConfigurationError(

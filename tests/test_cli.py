@@ -691,6 +691,50 @@ def test_db_commands_refuse_an_unknown_revision(tmp_path: Path, capsys: Any) -> 
     assert migrate.current(url) == migrate.heads()  # the refused downgrade changed nothing
 
 
+def test_db_commands_refuse_relative_revisions_past_either_end(db_url: str, capsys: Any) -> None:
+    from memstore import migrate
+
+    head = migrate.heads()[0]
+    for argv in (["upgrade", "head-9"], ["upgrade", "head+1"], ["upgrade", "+5"],
+                 ["upgrade", "base-1"], ["upgrade", ""], ["upgrade", "heads@head"],
+                 ["upgrade", "head:base"], ["upgrade", "head-9", "--sql"],
+                 ["downgrade", "head-9"], ["downgrade", "-9"], ["downgrade", "+1"],
+                 ["downgrade", "nosuch@head"], ["downgrade", "head+1", "--sql"]):
+        code, out, err = run(capsys, "db", *argv, "--url", db_url)
+        line = one_error_line(err)
+        assert code == 2, (argv, err)
+        assert f"revision {argv[1]!r}" in line and "0001_initial" in line, line
+        assert "Error" not in line and out == "", line  # no AssertionError, no DDL
+        assert migrate.current(db_url) == (head,)  # nothing was written
+    # downgrade to a revision above the database's: refused, naming both
+    assert run(capsys, "db", "downgrade", "0001_initial", "--url", db_url)[0] == 0
+    code, _, err = run(capsys, "db", "downgrade", "head", "--url", db_url)
+    line = one_error_line(err)
+    assert code == 2 and "revision 'head'" in line and "0001_initial, below" in line
+    assert migrate.current(db_url) == ("0001_initial",)
+    code, out, _ = run(capsys, "db", "upgrade", "+1", "--url", db_url)
+    assert code == 0 and "memstore schema at 0002_conversation_epoch" in out
+    code, out, _ = run(capsys, "db", "downgrade", "-2", "--url", db_url)
+    assert code == 0 and "memstore schema at base (no memstore tables)" in out
+    assert run(capsys, "db", "upgrade", "--url", db_url)[0] == 0
+
+
+def test_db_commands_on_sqlite_paths_that_cannot_be_a_database(tmp_path: Path,
+                                                               capsys: Any) -> None:
+    for argv in (["upgrade"], ["current"], ["check"], ["downgrade", "base"]):
+        code, _, err = run(capsys, "db", *argv, "--url", f"sqlite:///{tmp_path}")
+        line = one_error_line(err)
+        assert code == 2 and f"{str(tmp_path)!r} is a directory" in line, (argv, err)
+    code, _, err = run(capsys, "db", "upgrade", "--url", f"sqlite:///{tmp_path / 'no/x.db'}")
+    assert code == 2 and "does not exist" in one_error_line(err)
+    code, _, err = run(capsys, "db", "create-partitioned", "--url",
+                       f"sqlite:///{tmp_path / 'new.db'}")
+    assert code == 2 and "PostgreSQL's" in one_error_line(err)
+    code, out, err = run(capsys, "db", "upgrade", "base", "--url", f"sqlite:///{tmp_path / 'b.db'}")
+    assert code == 0 and "base (no memstore tables)" in out
+    assert list(tmp_path.iterdir()) == []  # no command above created a file
+
+
 def test_import_stopped_by_a_database_error_lists_what_it_stored(url: str, capsys: Any,
                                                                    tmp_path: Path,
                                                                    monkeypatch: Any) -> None:

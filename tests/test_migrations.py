@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -19,7 +21,12 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, text
 
 from memstore import migrate
-from memstore.errors import SchemaOutOfDateError
+from memstore.errors import (
+    ConfigurationError,
+    DatabaseError,
+    InvalidInputError,
+    SchemaOutOfDateError,
+)
 from memstore.schema import VERSION_TABLE, metadata
 from memstore.store import MemoryStore
 from memstore.tokens import FixedCounter
@@ -226,3 +233,168 @@ def test_wheel_ships_the_migrations_and_migrates_without_the_checkout(
     )
     assert migrate.is_current(empty_db_url)
     assert _diff(empty_db_url) == []
+
+
+# ---- bad input: a clear memstore error, and nothing written ----------------------------------
+
+
+def _execute(url: str, *statements: str) -> None:
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        for statement in statements:
+            conn.execute(text(statement))
+    engine.dispose()
+
+
+HEAD = migrate.heads()[0]
+
+
+def test_relative_revision_forms_walk_memstore_history(empty_db_url: str) -> None:
+    migrate.upgrade(empty_db_url, "+1")
+    assert migrate.current(empty_db_url) == ("0001_initial",)
+    migrate.upgrade(empty_db_url, "base+2")
+    assert migrate.current(empty_db_url) == ("0002_conversation_epoch",)
+    migrate.upgrade(empty_db_url, "heads")
+    assert migrate.current(empty_db_url) == (HEAD,)
+    migrate.upgrade(empty_db_url, "0001_initial")  # at or past the target: nothing to do
+    assert migrate.current(empty_db_url) == (HEAD,)
+    migrate.downgrade(empty_db_url, "-1")
+    assert migrate.current(empty_db_url) == ("0002_conversation_epoch",)
+    migrate.downgrade(empty_db_url, "head-3")
+    assert migrate.current(empty_db_url) == ()
+
+
+BAD_REVISIONS = [
+    # (direction, revision, what the message says); the database is at 0001_initial
+    ("upgrade", "head-9", "before base"),
+    ("upgrade", "head+1", "past head"),
+    ("upgrade", "base-1", "before base"),  # Alembic resolves it to head
+    ("upgrade", "base+4", "past head"),
+    ("upgrade", "0001_initial+5", "past head"),
+    ("upgrade", "+5", "past head"),
+    ("upgrade", "-1", "use downgrade"),
+    ("upgrade", "", "empty"),
+    ("upgrade", " ", "empty"),
+    ("upgrade", "@", "no revision after"),
+    ("upgrade", "nosuch@head", "no revision 'nosuch'"),
+    ("upgrade", "head:base", "only with sql=True"),
+    ("upgrade", "head-1x", "no revision"),
+    ("downgrade", "+1", "use upgrade"),
+    ("downgrade", "-2", "before base"),
+    ("downgrade", "head", "below"),
+    ("downgrade", "heads", "below"),
+    ("downgrade", "0003_summaries", "below"),
+    ("downgrade", "nosuch@head", "no revision 'nosuch'"),  # Alembic: a silent no-op at head
+    ("downgrade", "base+3", "below"),
+    ("downgrade", "", "empty"),
+]
+
+
+def test_a_revision_that_names_no_target_is_invalid_input(empty_db_url: str) -> None:
+    migrate.upgrade(empty_db_url, "0001_initial")
+    for direction, revision, reason in BAD_REVISIONS:
+        with pytest.raises(InvalidInputError) as info:
+            getattr(migrate, direction)(empty_db_url, revision)
+        message = str(info.value)
+        assert f"revision {revision!r}" in message and reason in message, (revision, message)
+        assert "0001_initial" in message  # the revisions there are
+        assert migrate.current(empty_db_url) == ("0001_initial",), revision  # nothing written
+    for revision in (None, 5):
+        with pytest.raises(InvalidInputError, match="must be a str"):
+            migrate.upgrade(empty_db_url, revision)  # type: ignore[arg-type]
+    # the same on a Connection (the stores' path)
+    engine = create_engine(empty_db_url)
+    with engine.connect() as conn, pytest.raises(InvalidInputError, match="'head-9'"):
+        migrate.upgrade(conn, "head-9")
+    engine.dispose()
+    assert migrate.current(empty_db_url) == ("0001_initial",)
+
+
+def test_sql_mode_revisions_and_ranges() -> None:
+    url = "postgresql+psycopg://u@h/db"
+    ddl = migrate.downgrade(url, "0003_summaries:0001_initial", sql=True) or ""
+    assert "DROP TABLE memstore_summaries" in ddl and "DROP TABLE memstore_messages" not in ddl
+    ddl = migrate.upgrade(url, "0001_initial:+1", sql=True) or ""
+    assert "ADD COLUMN epoch" in ddl and "CREATE TABLE memstore_messages" not in ddl
+    for direction, revision, reason in [
+        ("upgrade", "head:0001_initial", "upgrade cannot move down"),  # Alembic: empty output
+        ("downgrade", "0001_initial:head", "downgrade cannot move up"),
+        ("upgrade", "x:y:z", "one ':'"),
+        ("downgrade", "x:y:z", "one ':'"),
+        ("upgrade", "+1:head", "cannot be relative"),
+        ("upgrade", ":head", "empty"),
+        ("upgrade", "head-9", "before base"),
+        ("downgrade", "+1", "use upgrade"),
+    ]:
+        with pytest.raises(InvalidInputError, match=re.escape(f"revision {revision!r}")) as info:
+            getattr(migrate, direction)(url, revision, sql=True)
+        assert reason in str(info.value), (revision, info.value)
+    out = io.StringIO()
+    with pytest.raises(InvalidInputError, match="revision 'head-9'"):
+        migrate.upgrade(url, "head-9", sql=True, output=out)
+    assert out.getvalue() == ""  # refused before a line was written
+    with pytest.raises(InvalidInputError, match="writable text stream"):
+        migrate.upgrade(url, sql=True, output="ddl.sql")  # type: ignore[arg-type]
+
+
+def test_migrations_with_nothing_to_do_write_nothing(empty_db_url: str) -> None:
+    _execute(empty_db_url, "CREATE TABLE unrelated (id INTEGER)")
+    migrate.downgrade(empty_db_url, "base")
+    migrate.upgrade(empty_db_url, "base")
+    assert _tables(empty_db_url) == {"unrelated"}  # Alembic created its version table
+
+
+def test_tables_of_the_same_name_that_are_not_memstore_s(empty_db_url: str) -> None:
+    _execute(empty_db_url, "CREATE TABLE memstore_conversations (x INTEGER)")
+    with pytest.raises(DatabaseError, match="memstore_conversations"):
+        migrate.upgrade(empty_db_url)
+    with pytest.raises(InvalidInputError, match="revision '-1'"):
+        migrate.downgrade(empty_db_url, "-1")
+    assert _tables(empty_db_url) == {"memstore_conversations"}
+    assert migrate.current(empty_db_url) == ()
+    engine = create_engine(empty_db_url)
+    with engine.connect() as conn, pytest.raises(DatabaseError, match="memstore_conversations"):
+        migrate.upgrade(conn)  # on a Connection too: the driver's error was raw
+    engine.dispose()
+
+
+def test_a_version_table_with_several_revisions_is_refused(empty_db_url: str) -> None:
+    migrate.upgrade(empty_db_url)
+    _execute(empty_db_url, f"INSERT INTO {VERSION_TABLE} (version_num) VALUES ('0001_initial')")
+    for action in (migrate.upgrade, lambda url: migrate.downgrade(url, "base"),
+                   lambda url: migrate.downgrade(url, "-1")):
+        with pytest.raises(DatabaseError, match="several revisions"):
+            action(empty_db_url)
+    assert _tables(empty_db_url) >= MEMSTORE_TABLES | {VERSION_TABLE}
+    assert sorted(migrate.current(empty_db_url)) == ["0001_initial", HEAD]
+
+
+def test_a_bind_that_is_not_one_is_a_configuration_error() -> None:
+    for bind in (None, 5, b"sqlite://"):
+        for action in (migrate.upgrade, migrate.current, migrate.check, migrate.is_current,
+                       lambda b: migrate.downgrade(b, "base"), migrate.create_partitioned):
+            with pytest.raises(ConfigurationError, match="Engine, a Connection or a database URL"):
+                action(bind)
+
+
+def test_sqlite_paths_that_cannot_be_a_database(tmp_path: Path) -> None:
+    directory = f"sqlite:///{tmp_path}"
+    for action in (migrate.upgrade, migrate.current, migrate.check, migrate.is_current,
+                   lambda u: migrate.downgrade(u, "base")):
+        with pytest.raises(ConfigurationError, match="is a directory"):
+            action(directory)
+    with pytest.raises(ConfigurationError, match=r"directory .* does not exist"):
+        migrate.upgrade(f"sqlite:///{tmp_path / 'no' / 'such' / 'dir.db'}")
+    # a missing file is at no revision: reading it, or a migration to base, creates no file
+    missing = tmp_path / "missing.db"
+    url = f"sqlite:///{missing}"
+    assert migrate.current(url) == () and not migrate.is_current(url)
+    with pytest.raises(SchemaOutOfDateError):
+        migrate.check(url)
+    migrate.upgrade(url, "base")
+    migrate.downgrade(url, "base")
+    with pytest.raises(InvalidInputError, match="revision '\\+5'"):
+        migrate.upgrade(url, "+5")
+    with pytest.raises(ConfigurationError, match="PostgreSQL's"):
+        migrate.create_partitioned(url)
+    assert list(tmp_path.iterdir()) == []

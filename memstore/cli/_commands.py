@@ -11,8 +11,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from alembic.script import ScriptDirectory
-from alembic.util import CommandError
 from pydantic import ValidationError
 from rich.text import Text
 from sqlalchemy.engine import make_url
@@ -188,54 +186,33 @@ def _conversation_dict(c: Conversation) -> dict[str, Any]:
 # ---- db ---------------------------------------------------------------------------------
 
 
-@contextmanager
-def _revision_argument(revision: str) -> Iterator[None]:
-    """Alembic's refusal of a revision argument as a usage error (exit status 2)."""
-    try:
-        yield
-    except CommandError as exc:
-        known = ", ".join(sorted(migrate.known_revisions()))
-        raise UsageError(f"revision {revision!r}: {' '.join(str(exc).split())} (memstore's "
-                         f"revisions: {known}; also head and base)") from None
-
-
-def _check_revision(revision: str) -> None:
-    """Refuse a plain revision id memstore does not have, before a database is touched.
-
-    Relative forms (``-1``, ``head-1``, ``+2``...) are left to Alembic, which resolves
-    them against the database.
-    """
-    if revision in ("head", "heads", "base") or not revision.replace("_", "").isalnum():
-        return
-    with _revision_argument(revision):
-        ScriptDirectory(migrate.script_location()).get_revisions(revision)
+def _schema_at(url: str) -> str:
+    at = migrate.current(url)
+    return ", ".join(at) if at else "base (no memstore tables)"
 
 
 def db_upgrade(args: argparse.Namespace) -> int:
     """``memstore db upgrade``."""
     url = url_of(args)
-    _check_revision(args.revision)
-    with _revision_argument(args.revision):
-        if args.sql:
-            migrate.upgrade(url, args.revision, sql=True, output=sys.stdout)
-            return 0
-        migrate.upgrade(url, args.revision)
-    print(f"memstore schema at {', '.join(migrate.current(url))}")
+    migrate.validate_revision(args.revision, "upgrade", sql=args.sql)  # before any database
+    if args.sql:
+        migrate.upgrade(url, args.revision, sql=True, output=sys.stdout)
+        return 0
+    migrate.upgrade(url, args.revision)
+    print(f"memstore schema at {_schema_at(url)}")
     return 0
 
 
 def db_downgrade(args: argparse.Namespace) -> int:
     """``memstore db downgrade``."""
     url = url_of(args)
-    _check_revision(args.revision)
-    with _revision_argument(args.revision):
-        if args.sql:
-            migrate.downgrade(url, args.revision, sql=True, output=sys.stdout)
-            return 0
-        require_database(url)
-        migrate.downgrade(url, args.revision)
-    at = migrate.current(url)
-    print(f"memstore schema at {', '.join(at) if at else 'base (no memstore tables)'}")
+    migrate.validate_revision(args.revision, "downgrade", sql=args.sql)  # before any database
+    if args.sql:
+        migrate.downgrade(url, args.revision, sql=True, output=sys.stdout)
+        return 0
+    require_database(url)
+    migrate.downgrade(url, args.revision)
+    print(f"memstore schema at {_schema_at(url)}")
     return 0
 
 
