@@ -20,7 +20,7 @@ from typing import Any, Literal, TypeVar
 
 from sqlalchemy import Connection, Engine
 
-from memstore import _ops, _rows, _snapshots, _statements, _window, migrate
+from memstore import _ops, _rewrite, _rows, _snapshots, _statements, _window, migrate
 from memstore._cache import CacheInfo, RowCache
 from memstore._engine import (
     check_durability,
@@ -547,6 +547,19 @@ class Planner:
                     prepare=functools.partial(_snapshots.recount, recounter, messages),
                     prepare_items=len(messages))
 
+    def rewrite(self, conversation_id: Any, fn: Any, newest: Any) -> Plan:
+        """Validate ``rewrite``'s arguments; ``fn`` runs inside the plan's transaction."""
+        cid = check_conversation_id(conversation_id)
+        if not callable(fn):
+            raise InvalidInputError(f"rewrite's fn must be callable, got {short_repr(fn)}")
+        if is_async_callable(fn):
+            raise InvalidInputError(
+                "rewrite's fn must be a plain (synchronous) function: it runs inside the "
+                "write transaction, on AsyncMemoryStore too (got a coroutine function)"
+            )
+        n = None if newest is None else check_count(newest, "newest")
+        return Plan(_ops.rewrite, (cid, n, RewriteCall(fn, self.counter)), write=True)
+
     # summaries
     def summaries(self, conversation_id: Any) -> Plan:
         return Plan(_ops.read_summaries, (check_conversation_id(conversation_id),),
@@ -569,6 +582,98 @@ class Planner:
                                else self.counter)
 
 
+def is_async_callable(fn: Any) -> bool:
+    """Whether calling ``fn`` makes a coroutine (an ``async def`` function or ``__call__``)."""
+    return (inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)
+            or inspect.iscoroutinefunction(type(fn).__call__))
+
+
+@dataclass(frozen=True)
+class RewriteCall:
+    """The user's ``rewrite`` function, wrapped: called inside the write transaction.
+
+    Calls ``fn`` with the messages read, checks its result (:func:`replacements`) and
+    counts the tokens of what changed. Anything it raises rolls the rewrite back.
+    """
+
+    fn: Callable[[list[StoredMessage]], Any]
+    counter: TokenCounter
+
+    def __call__(self, messages: list[StoredMessage]) -> list[_rewrite.Replacement]:
+        result = self.fn(list(messages))
+        return replacements(result, messages, self.counter)
+
+
+def refuse_awaitable(result: object, message: str) -> None:
+    """Raise InvalidInputError(``message``) when ``result`` is an awaitable.
+
+    A coroutine is closed first, so Python does not also warn that it was never awaited.
+    """
+    if inspect.isawaitable(result):
+        if inspect.iscoroutine(result):
+            result.close()
+        raise InvalidInputError(message)
+
+
+def replacements(result: Any, read: list[StoredMessage],
+                 counter: TokenCounter) -> list[_rewrite.Replacement]:
+    """Check a rewrite function's result and make it storable.
+
+    ``result`` must be an iterable of :class:`Message` (each stored as a new message:
+    its ``id`` if it has one, else a new one, and the current time) or
+    :class:`StoredMessage` (it keeps its id, ``created_at``, score, pin, name and
+    metadata; only its seq changes). Ids must be unique within the result.
+
+    Token counts: a message with the id of a message read and the same content (see
+    :meth:`Message.same_content`) keeps that message's stored count and counter name;
+    every other message is counted with ``counter`` (the store's), as ``extend`` counts.
+
+    Raises:
+        InvalidInputError: an awaitable, something that is not a list of messages, or an
+            id given twice.
+    """
+    refuse_awaitable(result, "rewrite's fn returned an awaitable: fn must be a plain "
+                     "(synchronous) function returning the replacement messages")
+    if isinstance(result, (str, bytes, Mapping, Message)) or not isinstance(result, Iterable):
+        raise InvalidInputError(
+            "rewrite's fn must return a list of Message or StoredMessage (the replacement), "
+            f"not {type(result).__name__}"
+        )
+    items = list(result)
+    seen: dict[str, int] = {}
+    for i, m in enumerate(items):
+        if not isinstance(m, Message):
+            raise InvalidInputError(
+                f"item {i} of rewrite's result is a {type(m).__name__}, not a Message or "
+                "StoredMessage"
+            )
+        if m.id is not None:
+            j = seen.setdefault(m.id, i)
+            if j != i:
+                raise InvalidInputError(
+                    f"message id {m.id!r} is the id of items {j} and {i} of rewrite's result "
+                    "(message ids are unique within a conversation)"
+                )
+    by_id = {m.id: m for m in read}
+    counts: list[tuple[int, str] | None] = []
+    missing: list[Message] = []
+    for m in items:
+        prior = by_id.get(m.id) if m.id is not None else None
+        if prior is not None and prior.same_content(m):
+            counts.append((prior.token_count, prior.token_counter))
+        else:
+            counts.append(None)
+            missing.append(m)
+    fresh = iter(count_each(counter, missing) if missing else [])
+    out = []
+    for m, known in zip(items, counts):
+        tokens, name = known if known is not None else (
+            check_token_count(counter, next(fresh)), counter.name)
+        out.append(_rewrite.Replacement(
+            m, m.id, m.created_at if isinstance(m, StoredMessage) else None, tokens, name))
+    return out
+
+
 #: How many times ``summarize`` reads again after a concurrent summary or rewrite
 #: made its draft stale, before it gives up with ConflictError.
 SUMMARIZE_ATTEMPTS = 8
@@ -584,13 +689,8 @@ class SummarizerCall:
     def call_sync(self) -> Any:
         """Call a synchronous summarizer (an async one is refused)."""
         result = self.summarizer(self.messages)
-        if inspect.isawaitable(result):
-            if inspect.iscoroutine(result):
-                result.close()
-            raise InvalidInputError(
-                "the summarizer returned an awaitable: use AsyncMemoryStore.summarize "
-                "for an async summarizer"
-            )
+        refuse_awaitable(result, "the summarizer returned an awaitable: use "
+                         "AsyncMemoryStore.summarize for an async summarizer")
         return result
 
     async def call_async(self) -> Any:

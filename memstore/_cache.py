@@ -9,7 +9,9 @@ from the database only the rows it does not hold (usually just the new ones).
 Why a cached row can be trusted: stored messages change only by appending, or by
 an operation that also replaces the conversation's ``epoch`` in the same
 transaction (``set_score``, ``pin``/``unpin``, ``pop``, ``truncate``, ``clear``, a
-replacing ``load_state``; a conversation created again gets a new random epoch).
+replacing ``load_state``, a ``rewrite`` that changes a stored row; a conversation
+created again gets a new random epoch). A ``rewrite`` that only adds messages after
+the ones it read changes no stored row and leaves the epoch alone, as an append does.
 Every window reads the conversation row first, in the same snapshot as the
 messages; a cache entry is used only when its epoch equals the one read, and then
 each cached row with a seq inside the snapshot's ``[first_seq, last_seq]`` is the
@@ -24,7 +26,7 @@ written before migration 0002, is never trusted (see ``memstore._window.UNTRUSTE
 
 Stored summaries are not message rows: they are never cached, and ``summarize``
 leaves the epoch alone (it changes no message). Operations that delete summaries
-(``pop``, ``clear``, a replacing ``load_state``) replace the epoch anyway, so a
+(``pop``, ``clear``, a replacing ``load_state``, a ``rewrite``) replace the epoch anyway, so a
 window's summary read carries the same epoch check as its range reads.
 
 Windows share the cached models: they are frozen, and their ``metadata``,

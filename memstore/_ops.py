@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import Connection, Row
 from sqlalchemy.util import await_only
 
+from memstore import _rewrite
 from memstore import _statements as q
 from memstore._rows import (
     Prepared,
@@ -492,6 +493,51 @@ def clear(conn: Connection, cid: str) -> int:
         cid, first_seq=1, last_seq=0, token_count=0, updated_at=utcnow(), epoch=q.new_epoch()
     ))
     return count
+
+
+def rewrite(
+    conn: Connection, cid: str, newest: int | None, replace: _rewrite.Replace
+) -> list[StoredMessage]:
+    """Replace the ``newest`` messages of ``cid`` (all: ``None``) with ``replace``'s result.
+
+    The conversation row is locked first (as ``pop`` and appends lock it), so the read,
+    ``replace`` and the write are one step for every other writer. The rules (seqs,
+    rows left in place, summaries, epoch) are in :mod:`memstore._rewrite`. Returns the
+    replacement as stored; ConversationNotFoundError (``replace`` not called), or
+    ConflictError for an id of a message that is not replaced.
+    """
+    conv = conversation_row(conn, cid, for_update=True)
+    first, last = int(conv.first_seq), int(conv.last_seq)
+    start = first if newest is None else max(first, last - newest + 1)
+    old = ([to_stored(r) for r in conn.execute(q.messages_range(cid, start=start))]
+           if start <= last else [])
+    new = _rewrite.call(conn, replace, old)
+    diff = _rewrite.compare(new, old)
+    if diff.unchanged:
+        return old  # nothing is written (no new epoch either)
+    _rewrite.check_room(cid, start, len(new))
+    tail = new[diff.keep:]
+    ids = sorted({r.id for r in tail if r.id is not None})
+    if start > first and ids:  # older messages stay: their ids are taken
+        taken = _rewrite.taken_id(cid, start, stored_by_ids(conn, cid, ids))
+        if taken is not None:
+            raise taken
+    if len(old) > diff.keep:
+        conn.execute(q.delete_messages(cid, start=start + diff.keep))
+    now = utcnow()
+    rows = _rewrite.message_rows(cid, start + diff.keep, tail, now)
+    for chunk in range(0, len(rows), INSERT_CHUNK):
+        insert_message_rows(conn, rows[chunk:chunk + INSERT_CHUNK])
+    if diff.same is not None:  # a summary reaching a changed position describes old content
+        conn.execute(q.delete_summaries(cid, last_from=start + diff.same))
+    tokens, top = _rewrite.totals(conv, start == first, new, diff, old)
+    # Only appended: cached rows are still the stored ones, so the epoch stays, as an
+    # append leaves it (epoch 0, from before migration 0002, gets a real one).
+    epoch = int(conv.epoch) if diff.appended and int(conv.epoch) != 0 else q.new_epoch()
+    conn.execute(q.update_conversation(cid, last_seq=start + len(new) - 1, token_count=tokens,
+                                       max_score=top, updated_at=now, epoch=epoch))
+    return [*old[:diff.keep],
+            *(stored_from_row_dict(row, r.message) for row, r in zip(rows, tail))]
 
 
 # ---- reads ----------------------------------------------------------------------------

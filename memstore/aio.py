@@ -21,7 +21,7 @@ inserted in chunks, so the event loop keeps running during a big ``extend``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 from typing import Any, TextIO
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -270,6 +270,21 @@ class AsyncMemoryStore:
     async def clear(self, conversation_id: str) -> int:
         """Delete every message (see :meth:`MemoryStore.clear`)."""
         return await self._execute(self._plan.clear(conversation_id))  # type: ignore[no-any-return]
+
+    async def rewrite(
+        self,
+        conversation_id: str,
+        fn: Callable[[list[StoredMessage]], Iterable[Message]],
+        *,
+        newest: int | None = None,
+    ) -> list[StoredMessage]:
+        """Replace the newest messages with what ``fn`` makes of them, in one transaction.
+
+        See :meth:`MemoryStore.rewrite`. ``fn`` is a plain function (a coroutine
+        function is refused with InvalidInputError): it runs inside the write
+        transaction, in a worker thread, so the event loop keeps running meanwhile.
+        """
+        return await self._execute(self._plan.rewrite(conversation_id, fn, newest))  # type: ignore[no-any-return]
 
     # ---- state ----------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ methods built from the same plans; only the ``await`` differs.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
@@ -287,6 +287,77 @@ class MemoryStore:
         """Delete every message (the conversation stays; seqs restart at 1)."""
         return self._execute(self._plan.clear(conversation_id))  # type: ignore[no-any-return]
 
+    def rewrite(
+        self,
+        conversation_id: str,
+        fn: Callable[[list[StoredMessage]], Iterable[Message]],
+        *,
+        newest: int | None = None,
+    ) -> list[StoredMessage]:
+        """Replace the newest messages of a conversation with what ``fn`` makes of them.
+
+        One write transaction, with the conversation locked as ``pop`` and ``append``
+        lock it: reads the ``newest`` newest messages, calls ``fn(messages)``
+        (chronological) and stores the sequence it returns in their place, at contiguous
+        seqs from the first seq read (after the last stored seq when nothing was read).
+        A concurrent ``append`` lands before or after the rewrite, never inside it, and
+        is never lost. A read-modify-write built from ``messages``/``pop``/``extend``
+        is two or more transactions and can lose it.
+
+        What ``fn`` returns decides what is kept:
+
+        * a :class:`StoredMessage` (one of ``messages``, or a ``model_copy`` of one)
+          keeps its id, ``created_at``, score, pin, name and metadata; only its seq
+          changes;
+        * a plain :class:`Message` is a new message: its ``id`` if it has one, else a
+          new one (as :meth:`extend` does), and the current time as ``created_at``.
+
+        Token counts: a message with the id of a message read and the same content keeps
+        the count stored for it; every other message is counted with the store's counter.
+        Rows that do not change stay in place, and when nothing changes at all nothing is
+        written. Stored summaries that reach the first position where the old and new
+        sequences differ in content (another id there, or the same id with other
+        content) are deleted: they describe replaced messages. The conversation gets a
+        new epoch, so every row cache (in every process) drops its stale rows (unless
+        the rewrite only appended after the messages read, which, like ``append``,
+        leaves cached rows valid).
+
+        ``fn`` runs inside the transaction, holding the conversation's write lock (on
+        SQLite, the database's): keep it quick, and never call the store from it. It
+        must be a plain function (on :class:`~memstore.AsyncMemoryStore` too, where it
+        runs in a worker thread). If it raises, the exception propagates and nothing is
+        written.
+
+        Example:
+            >>> from memstore import MemoryStore, Message
+            >>> store = MemoryStore("sqlite://")
+            >>> _ = store.extend("c", [Message.user("hi"), Message.assistant("draft")])
+            >>> [m.text for m in store.rewrite(
+            ...     "c", lambda ms: [ms[0].model_copy(update={"content": "final"})], newest=1)]
+            ['final']
+            >>> store.close()
+
+        Args:
+            conversation_id: the conversation.
+            fn: ``list[StoredMessage] -> list[Message | StoredMessage]``: the replacement
+                of the messages it is given.
+            newest: how many of the newest messages to read and replace (``None``: all
+                of them, which reads the whole conversation; ``0``: none, so ``fn``'s
+                result is appended).
+
+        Returns:
+            The replacement as stored, chronological.
+
+        Raises:
+            ConversationNotFoundError: unknown conversation (``fn`` is not called).
+            InvalidInputError: a bad argument (``fn`` a coroutine function, ``newest``
+                negative), or a result of ``fn`` that is not a list of messages, or that
+                repeats a message id (nothing is written).
+            ConflictError: a replacement's id is the id of a stored message that is not
+                replaced (nothing is written).
+        """
+        return self._execute(self._plan.rewrite(conversation_id, fn, newest))  # type: ignore[no-any-return]
+
     # ---- state ----------------------------------------------------------------------
 
     def save_state(self, conversation_id: str) -> ConversationState:
@@ -467,13 +538,14 @@ class MemoryStore:
     ) -> Summary | None:
         """Fold the units that aged out into a new stored summary (incremental).
 
-        Keeps the newest complete units holding at most ``keep_tokens`` tokens
-        (anchored messages aside: every view keeps them anyway) and summarizes every
-        older complete unit that the latest summary does not cover yet. The
-        summarizer receives the latest summary (as one ``system`` message, see
-        :meth:`Summary.to_message`), if there is one, followed by only those units'
-        messages, and returns the new summary's text (a ``str`` or a
-        :class:`Message`). The new summary's range runs from the first summarized
+        Keeps out of the summary the newest complete unit (the turn being answered,
+        whatever its size) and the units before it while the kept units hold at most
+        ``keep_tokens`` tokens (anchored messages aside: every view keeps them
+        anyway), and summarizes every older complete unit that the latest summary
+        does not cover yet. The summarizer receives the latest summary (as one
+        ``system`` message, see :meth:`Summary.to_message`), if there is one,
+        followed by only those units' messages, and returns the new summary's text
+        (a ``str`` or a :class:`Message`). The new summary's range runs from the first summarized
         seq to the newest seq folded in, so it contains the previous range. The
         original messages stay stored; :class:`~memstore.SummaryView` shows the
         latest summary and the recent tail.

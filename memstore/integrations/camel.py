@@ -29,7 +29,7 @@ import json
 import threading
 import uuid
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -526,46 +526,54 @@ class MemstoreAgentMemory(AgentMemory):
         """Delete the records at ``indices`` (positions in :meth:`retrieve` order).
 
         Out-of-range indices are ignored, and so is index 0 when it is a system or
-        developer record (CAMEL's rule). The rewrite is one transaction (it reads the
-        whole conversation). Returns the removed records in their original order.
+        developer record (CAMEL's rule). One transaction (``store.rewrite``: it reads the
+        whole conversation), so a record another writer adds meanwhile is never lost;
+        the indices are positions in the conversation as that transaction reads it.
+        Returns the removed records in their original order.
         """
         self._settled()
-        try:
-            state = self._store.save_state(self.conversation_id)
-        except ConversationNotFoundError:
-            return []
-        messages = state.messages
-        drop = {i for i in indices if 0 <= i < len(messages)}
-        if messages and messages[0].role in ("system", "developer"):
-            drop.discard(0)
-        return self._rewrite(state, drop)
+        wanted = set(indices)
+
+        def drop(messages: list[StoredMessage]) -> set[int]:
+            out = {i for i in wanted if isinstance(i, int) and 0 <= i < len(messages)}
+            if messages and messages[0].role in ("system", "developer"):
+                out.discard(0)
+            return out
+
+        return self._remove(drop)
 
     def clean_tool_calls(self) -> None:
         """Delete every tool call and tool result (CAMEL's ``prune_tool_calls_from_memory``).
 
-        Removes assistant messages with tool calls and tool messages, in one
-        transaction; the rest of the history is untouched.
+        Removes assistant messages with tool calls and tool messages in one transaction
+        (``store.rewrite``); the rest of the history keeps its ids, timestamps and
+        scores, and a record another writer adds meanwhile is never lost.
         """
         self._settled()
-        try:
-            state = self._store.save_state(self.conversation_id)
-        except ConversationNotFoundError:
-            return
-        drop = {i for i, m in enumerate(state.messages)
-                if m.role == "tool" or m.tool_calls}
-        self._rewrite(state, drop)
+        self._remove(lambda messages: {i for i, m in enumerate(messages)
+                                       if m.role == "tool" or m.tool_calls})
 
     # ---- helpers -------------------------------------------------------------------------
 
-    def _rewrite(self, state: Any, drop: set[int]) -> list[MemoryRecord]:
-        if not drop:
+    def _remove(self, drop: Callable[[list[StoredMessage]], set[int]]) -> list[MemoryRecord]:
+        """Delete the messages ``drop`` picks, in one transaction; returns their records.
+
+        ``drop`` sees the whole conversation as the rewrite's transaction reads it (the
+        conversation locked), so nothing written meanwhile is lost. The kept messages
+        keep their identity (only their seqs close up); summaries of removed messages
+        go (see ``MemoryStore.rewrite``).
+        """
+        removed: list[StoredMessage] = []
+
+        def keep(messages: list[StoredMessage]) -> list[StoredMessage]:
+            gone = drop(messages)
+            removed[:] = [m for i, m in enumerate(messages) if i in gone]
+            return [m for i, m in enumerate(messages) if i not in gone]
+
+        try:
+            self._store.rewrite(self.conversation_id, keep)
+        except ConversationNotFoundError:
             return []
-        removed = [m for i, m in enumerate(state.messages) if i in drop]
-        first = state.messages[0].seq
-        kept = [m.model_copy(update={"seq": first + n}) for n, m in enumerate(
-            m for i, m in enumerate(state.messages) if i not in drop)]
-        self._store.load_state(state.model_copy(update={"messages": kept}),
-                               self.conversation_id, replace=True)
         return [message_to_record(m) for m in removed]
 
     def _settled(self) -> None:

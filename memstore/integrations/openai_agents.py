@@ -38,17 +38,13 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 from memstore.aio import AsyncMemoryStore
 from memstore.errors import ConversationNotFoundError, InvalidInputError
 from memstore.integrations._common import check_conversation, check_store, check_view
 from memstore.models import (
-    Conversation,
-    ConversationState,
     Message,
     StoredMessage,
     TextPart,
@@ -277,6 +273,14 @@ def messages_to_items(messages: Iterable[StoredMessage | Message]) -> list[Item]
     return [item for message in messages for item in _items_of(message)]
 
 
+def _item_count(message: StoredMessage | Message) -> int:
+    """How many items :func:`messages_to_items` makes of ``message`` (nothing copied)."""
+    data = message.metadata.get(METADATA_KEY)
+    if isinstance(data, Mapping) and isinstance(data.get("items"), list):
+        return len(data["items"])  # type: ignore[arg-type]
+    return len(_items_of(message))
+
+
 def _is_model_group(message: StoredMessage) -> bool:
     data = message.metadata.get(METADATA_KEY)
     return (message.role == "assistant" and isinstance(data, Mapping)
@@ -290,13 +294,13 @@ class MemstoreSession:
     """The OpenAI Agents SDK ``Session`` protocol over one memstore conversation.
 
     Without ``view``, ``get_items()`` returns every stored item, in order, exactly as
-    it was added (like the SDK's ``SQLiteSession``), and ``limit`` is the number of
-    newest items. With a view, ``get_items()`` returns the view's window — the
-    token-budgeted history, whole tool-call units only (an unanswered call or a
-    result without its call is left out, so the window stays valid for the model
-    whatever the runner appends) — and a ``limit`` then keeps the newest whole units
-    holding at most ``limit`` items. ``get_items(limit=0)`` is ``[]``; a session that
-    was never written is empty.
+    it was added (like the SDK's ``SQLiteSession``). With a view, ``get_items()``
+    returns the view's window — the token-budgeted history, whole tool-call units only
+    (an unanswered call or a result without its call is left out, so the window stays
+    valid for the model whatever the runner appends). Either way a ``limit`` keeps the
+    newest whole units (a call with its outputs is one unit) holding at most ``limit``
+    items — possibly fewer, never an output without its call. ``get_items(limit=0)``
+    is ``[]``; a session that was never written is empty.
 
     Items without a chat equivalent (reasoning, web search calls, ...) are not
     counted toward a view's budget beyond their response's text and calls.
@@ -347,8 +351,8 @@ class MemstoreSession:
         """The session's history as SDK input items, chronological.
 
         Args:
-            limit: at most this many of the newest items (see the class doc for how a
-                view applies it); ``None``: all (or the view's whole window).
+            limit: at most this many of the newest items, in whole units (see the
+                class doc); ``None``: all (or the view's whole window).
 
         Raises:
             ContextBudgetError: with a budgeted view, the anchored messages and the
@@ -379,17 +383,22 @@ class MemstoreSession:
                 if len(page) < _PAGE:
                     return messages_to_items(pages)
                 start = page[-1].seq + 1
-        items: list[Item] = []
+        # Newest pages until they hold ``limit`` items and start on a unit's first
+        # message (not a tool result, whose call may be older): then no older message
+        # can change which whole units fit.
+        size = max(16, min(limit + 1, _PAGE))
+        messages: list[StoredMessage] = []
+        count = 0
         stop: int | None = None
-        while len(items) < limit:
-            page = await self._or_empty("messages", [], stop=stop, limit=limit,
+        while True:
+            page = await self._or_empty("messages", [], stop=stop, limit=size,
                                         newest_first=True)
-            for message in page:
-                items[:0] = _items_of(message)
-            if len(page) < limit:
+            messages[:0] = reversed(page)
+            count += sum(_item_count(m) for m in page)
+            if len(page) < size or (count >= limit and messages[0].role != "tool"):
                 break
             stop = page[-1].seq
-        return items[-limit:]
+        return messages_to_items(_newest_units(messages, limit))
 
     async def add_items(self, items: list[Any]) -> None:
         """Store items at the end of the session.
@@ -412,118 +421,70 @@ class MemstoreSession:
         if _kind(plain[0]) == "model":
             newest = await self._or_empty("messages", [], limit=1, newest_first=True)
             if newest and _is_model_group(newest[0]):
-                # Built (and validated) from the message as read, before anything is
-                # removed: a merge that cannot be stored raises here and changes nothing.
-                merged = items_to_messages(_items_of(newest[0]) + plain)
-                await self._replace_newest(newest[0], self._rewrite(newest[0], merged),
-                                           messages)
+                await self._merge(newest[0].id, plain, messages)
                 return
         await self._call("extend", self.session_id, messages)
 
-    async def _replace_newest(self, expected: StoredMessage, merged: list[StoredMessage],
-                              unmerged: list[Message]) -> None:
-        """Replace the newest message (``expected``) with ``merged``.
+    async def _merge(self, expected: str, plain: list[Item], unmerged: list[Message]) -> None:
+        """Merge ``plain`` into the newest message, the response with id ``expected``.
 
-        memstore's public API has no single-transaction "replace the newest message"
-        (``load_state`` with ``replace=True`` rewrites the whole conversation, which
-        costs what it holds), so this is a ``pop`` and an append: two transactions.
-        Everything that can fail on the data was checked before the pop (``merged`` is
-        built and validated); if the write still fails (a database error), the popped
-        message is written back, unchanged, before the error propagates. Between the
-        two transactions a concurrent reader can see the conversation without that
-        message for a moment.
+        One transaction (``store.rewrite`` of the newest message): the merge is decided
+        on the newest message as that transaction reads it, with the conversation
+        locked. If it is no longer the expected response (another writer stored a
+        message after it), that message is kept as it is and the items are appended
+        after it, not merged. A merge that cannot be stored raises
+        ``pydantic.ValidationError`` and changes nothing.
         """
-        popped: list[StoredMessage] = await self._call("pop", self.session_id, 1)
-        if not popped:  # cleared meanwhile: the new items start a response of their own
-            await self._call("extend", self.session_id, unmerged)
-            return
-        newest = popped[0]
 
-        def write() -> list[StoredMessage]:
-            if newest.id != expected.id:
-                # another writer got there first: put its message back as it was, and
-                # the items after it, not merged
-                return [newest, *self._new(unmerged)]
-            # (a set_score, pin or unpin since the read is kept too)
-            return [merged[0].model_copy(update={"score": newest.score,
-                                                 "pinned": newest.pinned}), *merged[1:]]
+        def merge(newest: list[StoredMessage]) -> list[Message]:
+            if newest and newest[0].id == expected and _is_model_group(newest[0]):
+                return self._rewrite(newest[0], items_to_messages(_items_of(newest[0]) + plain))
+            return [*newest, *unmerged]
 
-        await self._write_after_pop(popped, write)
-
-    async def _write_after_pop(self, popped: list[StoredMessage],
-                               write: Callable[[], list[StoredMessage]]) -> None:
-        """Append ``write()`` after ``popped`` was removed; on failure put ``popped`` back.
-
-        The append is one transaction, so a failure wrote nothing of it: the popped
-        message is written back unchanged (same id, created_at, score, pinned and
-        metadata) before the error propagates.
-        """
         try:
-            await self._append_as_stored(write())
-        except Exception:
-            if popped:
-                await self._append_as_stored(popped[:1])
-            raise
+            await self._call("rewrite", self.session_id, merge, newest=1)
+        except ConversationNotFoundError:  # deleted meanwhile: the items start it again
+            await self._call("extend", self.session_id, unmerged)
 
-    async def _append_as_stored(self, messages: Sequence[StoredMessage]) -> None:
-        """Append ``messages`` in one transaction, everything but their seqs kept.
+    def _rewrite(self, like: StoredMessage, messages: list[Message]) -> list[Message]:
+        """``messages`` to store in place of ``like``; the first one keeps its identity.
 
-        Ids, ``created_at``, scores, pins and metadata stay; the seqs are the next free
-        ones. ``extend`` cannot do it (it stamps ``created_at``), so this is ``load_state``
-        with ``replace=False``, which appends a snapshot's messages after the stored
-        ones with everything but the seq kept; token counts are recounted. The
-        snapshot's conversation row is only used if the conversation was deleted
-        meanwhile (then, as ``extend`` would, the write creates it).
-        """
-        if not messages:
-            return
-        now = datetime.now(timezone.utc)
-        state = ConversationState(
-            conversation=Conversation(id=self.session_id, created_at=now, updated_at=now),
-            messages=[m.model_copy(update={"conversation_id": self.session_id, "seq": seq})
-                      for seq, m in enumerate(messages, start=1)],
-        )
-        await self._call("load_state", state, self.session_id, replace=False)
-
-    def _rewrite(self, like: StoredMessage, messages: list[Message]) -> list[StoredMessage]:
-        """``messages`` as stored messages; the first one replaces ``like``.
-
-        The first keeps ``like``'s identity: its id (free again once ``like`` is
-        popped), ``created_at``, score, pin, name and metadata (the items stash
-        replaced). The others are new messages: a new UUID and the current time.
-        Raises ``pydantic.ValidationError`` when they cannot be stored.
+        The first is ``like`` with the new chat fields: its id, ``created_at``, score,
+        pin, name and metadata (the items stash replaced) stay. The others are new
+        messages (a new id, the time of the write). Raises ``pydantic.ValidationError``
+        when they cannot be stored.
         """
         first = _as_stored(messages[0], self.session_id, self.store.counter.name, {
             "id": like.id, "created_at": like.created_at, "score": like.score,
             "pinned": like.pinned, "name": like.name,
             "metadata": {**like.metadata, **messages[0].metadata}})
-        return [first, *self._new(messages[1:])]
-
-    def _new(self, messages: Sequence[Message]) -> list[StoredMessage]:
-        now = datetime.now(timezone.utc)
-        return [_as_stored(m, self.session_id, self.store.counter.name,
-                           {"id": m.id or str(uuid.uuid4()), "created_at": now})
-                for m in messages]
+        return [first, *messages[1:]]
 
     async def pop_item(self) -> Item | None:
         """Remove and return the newest item (``None`` when the session is empty).
 
         When the newest message holds several items of one model response, it is
         rewritten without its last item and keeps its identity: the same message id,
-        ``created_at``, score, pin and metadata (only its items and the chat fields
-        made from them change; its seq is the same unless a concurrent write came in
-        between). This is a pop and a write, two transactions: if the write fails, the
-        message is put back as it was before the error propagates.
+        seq, ``created_at``, score, pin and metadata (only its items and the chat fields
+        made from them change). One transaction (``store.rewrite`` of the newest
+        message), so concurrent ``pop_item`` and ``add_items`` calls each see the
+        session as the previous one left it.
         """
-        popped = await self._or_empty("pop", [], 1)
-        if not popped:
-            return None
-        items = _items_of(popped[0])
-        if len(items) > 1:
+        popped: list[Item] = []
+
+        def take_last(newest: list[StoredMessage]) -> list[Message]:
+            popped.clear()
+            if not newest:
+                return []
+            items = _items_of(newest[0])
+            popped.append(items[-1])
+            if len(items) == 1:
+                return []
             # the items of one model response: items_to_messages makes them one message
-            await self._write_after_pop(
-                popped, lambda: self._rewrite(popped[0], items_to_messages(items[:-1])))
-        return items[-1]
+            return self._rewrite(newest[0], items_to_messages(items[:-1]))
+
+        await self._or_empty("rewrite", None, take_last, newest=1)
+        return popped[0] if popped else None
 
     async def clear_session(self) -> None:
         """Delete every item of the session."""
@@ -534,7 +495,7 @@ def _as_stored(message: Message, conversation_id: str, counter: str,
                fields: Mapping[str, Any]) -> StoredMessage:
     """``message`` as a :class:`StoredMessage` with ``fields`` set (validated).
 
-    Its seq and token count are placeholders: an append gives it the next seq and
+    Its seq and token count are placeholders: ``store.rewrite`` gives it its seq and
     recounts it (with ``counter``, the store's).
     """
     return StoredMessage.model_validate({
@@ -545,7 +506,12 @@ def _as_stored(message: Message, conversation_id: str, counter: str,
 
 def _newest_units(messages: Sequence[StoredMessage | Message], limit: int
                   ) -> list[StoredMessage | Message]:
-    """The newest whole units of a window holding at most ``limit`` items."""
+    """The newest whole units of ``messages`` holding at most ``limit`` items.
+
+    The walk stops at the first unit that does not fit, and at a tool result whose call
+    is not before it (stored history can hold one, e.g. after a truncate; a window
+    cannot): an output is never returned without its call.
+    """
     units: list[list[StoredMessage | Message]] = []
     for message in messages:
         if message.role == "tool" and units and units[-1][0].tool_calls:
@@ -555,8 +521,8 @@ def _newest_units(messages: Sequence[StoredMessage | Message], limit: int
     kept: list[StoredMessage | Message] = []
     count = 0
     for unit in reversed(units):
-        size = sum(len(_items_of(m)) for m in unit)
-        if count + size > limit:
+        size = sum(_item_count(m) for m in unit)
+        if count + size > limit or unit[0].role == "tool":
             break
         kept[:0] = unit
         count += size

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,6 +22,7 @@ from memstore import (
     MemoryStore,
     Message,
     StoredMessage,
+    SummaryView,
     TokenLimitedView,
     UnboundedView,
 )
@@ -218,6 +220,94 @@ async def test_pop_remove_clean_and_clear(store: Any) -> None:
     assert [r.memory_record.uuid for r in memory.retrieve()] == [records[0].uuid]
     memory.clear()
     assert memory.retrieve() == []
+
+
+def user_record(text: str) -> MemoryRecord:
+    return MemoryRecord(message=BaseMessage("user", RoleType.USER, None, text),
+                        role_at_backend=OpenAIBackendRole.USER)
+
+
+async def test_pruning_tool_calls_loses_no_concurrent_record(store: Any, db_url: str) -> None:
+    # clean_tool_calls (ChatAgent's prune_tool_calls_from_memory) is one transaction: a
+    # record another agent writes meanwhile is never lost (was: save_state, then a
+    # replacing load_state, which dropped what came in between)
+    replies: list[dict[str, Any]] = []
+    for n in range(8):
+        replies += [{"tool_calls": [tool_call(f"c{n}", n, 1)]}, {"content": f"sum {n}"}]
+    memory = MemstoreAgentMemory("busy", store, token_limit=1_000_000)
+    agent = ChatAgent("You add numbers.", model=ScriptedModel(replies), memory=memory,
+                      tools=[add], summarize_threshold=None, prune_tool_calls_from_memory=True)
+    memory.write_records([user_record(f"old-{i}") for i in range(300)])
+    stop = threading.Event()
+    written: list[str] = []
+    errors: list[BaseException] = []
+
+    def other_agent() -> None:
+        other = MemoryStore(db_url, counter=COUNTER)
+        try:
+            other_memory = MemstoreAgentMemory("busy", other)
+            i = 0
+            while not stop.is_set():
+                other_memory.write_records([user_record(f"new-{i}")])
+                written.append(f"new-{i}")
+                i += 1
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            other.close()
+
+    thread = threading.Thread(target=other_agent)
+    thread.start()
+    try:
+        for n in range(8):
+            await agent.astep(f"add {n} and 1")
+            memory.remove_records_by_indices([1])  # the oldest "old-" record, each time
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors, errors
+    assert written
+    stored = await call(store.messages("busy"))
+    texts = [m.text for m in stored]
+    assert [t for t in texts if t.startswith("new-")] == written
+    assert [t for t in texts if t.startswith("old-")] == [f"old-{i}" for i in range(8, 300)]
+    assert [t for t in texts if t.startswith("sum")] == [f"sum {n}" for n in range(8)]
+    assert not [m for m in stored if m.role == "tool" or m.tool_calls]
+    assert [m.seq for m in stored] == list(range(1, len(stored) + 1))
+    assert len({m.id for m in stored}) == len(stored)
+
+
+async def test_removing_records_drops_the_summaries_of_removed_content(store: Any) -> None:
+    memory = MemstoreAgentMemory("summed", store)
+    records = [user_record(f"m{i}") for i in range(1, 11)]
+    memory.write_records(records)
+    summary = await call(store.summarize("summed", lambda ms: "S", keep_tokens=12))
+    assert summary.first_seq == 1 and summary.last_seq >= 5
+    before = {r.memory_record.uuid: r.memory_record for r in memory.retrieve()}
+    removed = memory.remove_records_by_indices([0, 1, 2, 3, 4])
+    assert [r.uuid for r in removed] == [r.uuid for r in records[:5]]
+    # the summary described removed records: it goes (was: written back unchanged, so a
+    # SummaryView hid records it never summarized behind it)
+    assert await call(store.summaries("summed")) == []
+    view = SummaryView(token_limit=1000)
+    window = await call(store.window("summed", view))
+    assert [m.text for m in window.messages] == [f"m{i}" for i in range(6, 11)]
+    await call(store.extend("summed", [Message.user(f"new{i}") for i in range(3)]))
+    window = await call(store.window("summed", view))
+    assert [m.text for m in window.messages] == [
+        *(f"m{i}" for i in range(6, 11)), "new0", "new1", "new2"]
+    # the kept records keep their identity (uuid, timestamp, everything)
+    kept = [r.memory_record for r in memory.retrieve()][:5]
+    assert [r.to_dict() for r in kept] == [before[r.uuid].to_dict() for r in kept]
+    # a summary ending before the first removed record stays
+    summary = await call(store.summarize("summed", lambda ms: "T", keep_tokens=12))
+    memory.remove_records_by_indices([summary.last_seq])  # seq last_seq + 1
+    assert await call(store.summaries("summed")) == [summary]
+    # nothing to remove: nothing is written
+    conversation = await call(store.get_conversation("summed"))
+    assert memory.remove_records_by_indices([99]) == []
+    memory.clean_tool_calls()
+    assert await call(store.get_conversation("summed")) == conversation
 
 
 async def test_scores_follow_camels_rule(store: Any) -> None:

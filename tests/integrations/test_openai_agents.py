@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import re
@@ -43,6 +44,7 @@ from openai.types.responses.response_output_item import (  # noqa: E402
 )
 from openai.types.responses.response_reasoning_item import Summary  # noqa: E402
 
+from memstore import _ops  # noqa: E402
 from memstore.integrations.openai_agents import (  # noqa: E402
     MemstoreSession,
     items_to_messages,
@@ -384,7 +386,7 @@ def identity(message: Any) -> tuple[Any, ...]:
             message.name, {k: v for k, v in message.metadata.items() if k != "openai_agents"})
 
 
-async def test_a_failed_merge_write_puts_the_response_back(store: Any, monkeypatch: Any) -> None:
+async def test_a_failed_merge_write_changes_nothing(store: Any, monkeypatch: Any) -> None:
     session = MemstoreSession("merge-db-fail", store)
     await session.add_items([{"role": "user", "content": "hi"},
                              {"type": "reasoning", "id": "rs", "summary": []},
@@ -393,24 +395,23 @@ async def test_a_failed_merge_write_puts_the_response_back(store: Any, monkeypat
     await call(store.pin("merge-db-fail", 2))
     before = await session.get_items()
     stored_before = await call(store.messages("merge-db-fail"))
-    failures = [RuntimeError("database went away")]  # the next write fails, once
+    failures = [RuntimeError("database went away")]  # the next insert fails, once
+    insert = _ops.insert_message_rows
 
-    def failing(write: Any) -> Any:
-        def failing_write(*args: Any, **kwargs: Any) -> Any:
-            if failures:
-                raise failures.pop()
-            return write(*args, **kwargs)
-        return failing_write
+    def failing_insert(*args: Any, **kwargs: Any) -> Any:
+        if failures:
+            raise failures.pop()
+        return insert(*args, **kwargs)
 
-    for name in ("extend", "append", "load_state", "restore_state"):
-        monkeypatch.setattr(store, name, failing(getattr(store, name)))
+    # the merge is one transaction (store.rewrite): the response was already deleted in
+    # it when the insert failed, and the rollback puts everything back
+    monkeypatch.setattr(_ops, "insert_message_rows", failing_insert)
     with pytest.raises(RuntimeError, match="went away"):
         await session.add_items([{"type": "function_call", "call_id": "c2", "name": "f",
                                   "arguments": "{}"}])
     assert await session.get_items() == before
-    # put back as it was: same id, created_at, score, pin and metadata
     assert await call(store.messages("merge-db-fail")) == stored_before
-    # pop_item rewrites the response without its last item: a failed rewrite puts it back
+    # pop_item rewrites the response without its last item, in one transaction too
     failures.append(RuntimeError("database went away"))
     with pytest.raises(RuntimeError, match="went away"):
         await session.pop_item()
@@ -498,11 +499,11 @@ async def test_a_concurrent_write_is_not_merged_and_keeps_its_identity(
     await session.add_items([{"role": "user", "content": "q"},
                              {"type": "function_call", "call_id": "a", "name": "f",
                               "arguments": "{}"}])
-    pop = store.pop
+    rewrite = store.rewrite
     theirs: list[Any] = []
 
-    def pop_after_another_writer(*args: Any, **kwargs: Any) -> Any:
-        # another writer appends between the session's read and its pop
+    def rewrite_after_another_writer(*args: Any, **kwargs: Any) -> Any:
+        # another writer appends a response between the session's read and its merge
         other = MemoryStore(db_url, counter=counter)
         try:
             theirs.append(other.append("race", {"role": "assistant", "content": "other",
@@ -512,16 +513,109 @@ async def test_a_concurrent_write_is_not_merged_and_keeps_its_identity(
                                                 "score": 3.0, "pinned": True}))
         finally:
             other.close()
-        monkeypatch.setattr(store, "pop", pop)
-        return pop(*args, **kwargs)
+        monkeypatch.setattr(store, "rewrite", rewrite)
+        return rewrite(*args, **kwargs)
 
-    monkeypatch.setattr(store, "pop", pop_after_another_writer)
+    monkeypatch.setattr(store, "rewrite", rewrite_after_another_writer)
     await session.add_items([{"type": "function_call", "call_id": "b", "name": "f",
                               "arguments": "{}"}])
     stored = await call(store.messages("race"))
     assert [m.role for m in stored] == ["user", "assistant", "assistant", "assistant"]
     assert [m.tool_call_ids for m in stored] == [(), ("a",), (), ("b",)]
-    assert stored[2] == theirs[0]  # put back exactly as it was written
+    assert stored[2] == theirs[0]  # left exactly as it was written
+
+
+def label(item: dict[str, Any]) -> str:
+    return str(item.get("call_id") or item.get("type") or item.get("role"))
+
+
+async def test_concurrent_pop_items_take_one_item_each(store: Any) -> None:
+    # pop_item is one transaction: three at once pop the three calls, one each, and
+    # leave the question and the reasoning (was: the user message popped, a call left)
+    session = MemstoreSession("pops", store)
+    for trial in range(15):
+        await session.clear_session()
+        await session.add_items([{"role": "user", "content": "q"}])
+        await session.add_items([
+            {"type": "reasoning", "id": "r", "summary": []},
+            *({"type": "function_call", "call_id": f"x{i}", "name": "f", "arguments": "{}"}
+              for i in range(3))])
+        popped = await asyncio.gather(*(session.pop_item() for _ in range(3)))
+        assert sorted(label(p) for p in popped if p) == ["x0", "x1", "x2"], trial
+        assert [label(i) for i in await session.get_items()] == ["user", "reasoning"], trial
+    # and more pops than items: each item once, then None
+    popped = await asyncio.gather(*(session.pop_item() for _ in range(4)))
+    def key(item: Any) -> str:
+        return json.dumps(item, sort_keys=True)
+
+    assert sorted(map(key, popped)) == sorted(map(key, [
+        {"type": "reasoning", "id": "r", "summary": []}, {"role": "user", "content": "q"},
+        None, None]))
+    assert await session.get_items() == []
+
+
+async def test_concurrent_add_items_never_put_an_output_before_its_call(store: Any) -> None:
+    # a continuation of the response (merged into it) and the call's output, at once:
+    # either order is fine, an output stored before its call is not
+    text_item = {"type": "message", "role": "assistant",
+                 "content": [{"type": "output_text", "text": "calling"}]}
+    output = {"type": "function_call_output", "call_id": "c1", "output": "42"}
+    response = [{"type": "reasoning", "id": "r", "summary": []},
+                {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}]
+    question = {"role": "user", "content": "q"}
+    orders = set()
+    for trial in range(15):
+        session = MemstoreSession(f"adds-{trial}", store)
+        await session.add_items([question])
+        await session.add_items(response)
+        await asyncio.gather(session.add_items([text_item]), session.add_items([output]))
+        items = await session.get_items()
+        assert items in ([question, *response, text_item, output],
+                         [question, *response, output, text_item]), (trial, items)
+        assert_valid_history(items)
+        orders.add(tuple(label(i) for i in items))
+        window = await MemstoreSession(f"adds-{trial}", store, view=UnboundedView()).get_items()
+        assert window == items
+        stored = await call(store.messages(f"adds-{trial}"))
+        assert len({m.id for m in stored}) == len(stored)
+    assert orders
+
+
+async def test_get_items_limit_without_a_view_keeps_whole_units(store: Any) -> None:
+    # the Runner's SessionSettings.limit: never an output without its call
+    question = {"role": "user", "content": "weather?"}
+    fcall_item = {"type": "function_call", "call_id": "c1", "name": "weather",
+                  "arguments": "{}"}
+    output = {"type": "function_call_output", "call_id": "c1", "output": "sunny"}
+    answer = {"type": "message", "role": "assistant", "content": "It is sunny"}
+    items = [question, fcall_item, output, answer]
+    plain = MemstoreSession("limits", store)
+    viewed = MemstoreSession("limits", store, view=UnboundedView())
+    await plain.add_items(items)
+    for limit in range(1, 6):
+        got = await plain.get_items(limit=limit)
+        assert got == await viewed.get_items(limit=limit), limit
+        assert len(got) <= limit
+        assert_valid_history(got)
+    assert await plain.get_items(limit=2) == [answer]
+    assert await plain.get_items(limit=3) == items[1:]
+    # across pages: many units, a limit that ends inside a call unit far back
+    for n in range(40):
+        await plain.add_items([{"role": "user", "content": f"q{n}"}])
+        await plain.add_items([{"type": "function_call", "call_id": f"k{n}", "name": "f",
+                                "arguments": "{}"}])
+        await plain.add_items([{"type": "function_call_output", "call_id": f"k{n}",
+                                "output": "r"}])
+    for limit in (2, 3, 50, 100, 125):
+        got = await plain.get_items(limit=limit)
+        assert_valid_history(got)
+        assert got == await viewed.get_items(limit=limit)
+        assert limit - 2 <= len(got) <= limit
+    # an output whose call is gone (truncated away) is not handed out either
+    await call(store.truncate("limits", before_seq=3))
+    got = await plain.get_items(limit=500)
+    assert got[0] == answer and len(got) == 1 + 3 * 40
+    assert await plain.get_items() == [output, *got]  # without a limit: all, as stored
 
 
 @pytest.mark.parametrize("item", [
