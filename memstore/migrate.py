@@ -399,10 +399,15 @@ def _require_head(at: tuple[str, ...]) -> None:
     refuse_newer(at)
     want = heads()
     if set(at) != set(want):
-        where = ", ".join(at) if at else "no memstore schema"
+        if at:
+            state, fix = (f"the database schema is at revision {', '.join(at)}, behind this "
+                          f"memstore's {', '.join(want)}", "upgrade it")
+        else:
+            state, fix = (f"the database has no memstore tables yet (this memstore needs "
+                          f"schema revision {', '.join(want)})", "create them")
         raise SchemaOutOfDateError(
-            f"the database schema is at {where}; this memstore needs {', '.join(want)}. "
-            f"Run `{UPGRADE_HINT}` (or memstore.migrate.upgrade(engine))."
+            f"{state}: {fix} with `{UPGRADE_HINT}`, or from Python with "
+            "memstore.migrate.upgrade(url_or_engine)"
         )
 
 

@@ -279,7 +279,7 @@ def test_state_save_and_load_needs_replace(url: str, capsys: Any, tmp_path: Path
     snapshot = tmp_path / "state.json"
     assert run(capsys, "state", "save", "a", "-o", str(snapshot), "--url", url)[0] == 0
     code, out, _ = run(capsys, "state", "load", str(snapshot), "--as", "b", "--url", url)
-    assert code == 0 and "loaded 1 messages into 'b'" in out
+    assert code == 0 and "loaded 1 message into 'b'" in out
     code, out, _ = run(capsys, "state", "load", str(snapshot), "--as", "b", "--url", url)
     assert code == 0 and "nothing to do" in out
     run(capsys, "append", "c", "user", "other content", "--url", url)
@@ -344,7 +344,8 @@ def test_old_import_form_gets_a_hint(url: str, capsys: Any) -> None:
 def test_usage_errors_are_one_line(url: str, capsys: Any) -> None:
     for argv, option in ((["window", "c", "--tokens", "-5"], "--budget/--tokens"),
                          (["window", "c", "--view", "nope"], "--view"),
-                         (["window", "c", "--keep-rate", "0"], "--keep-rate"),
+                         (["window", "c", "--keep-rate", "1.5"], "--keep-rate"),
+                         (["window", "c", "--keep-rate", "-0.1"], "--keep-rate"),
                          (["messages", "c", "--limit", "x"], "--limit"),
                          (["append", "c", "robot", "hi"], "role"),
                          (["append", "c", "user", "hi", "--score", "-1"], "--score"),
@@ -660,7 +661,7 @@ def test_state_load_refuses_any_existing_conversation(db_url: str, capsys: Any,
     assert code == 1 and "exists (1 message)" in one_error_line(err)
     # a conversation that does not exist is created exactly as the snapshot
     code, out, _ = run(capsys, "state", "load", str(snapshot), "--as", "new", "--url", db_url)
-    assert code == 0 and "loaded 1 messages into 'new'" in out
+    assert code == 0 and "loaded 1 message into 'new'" in out
     code, out, _ = run(capsys, "state", "load", str(snapshot), "--as", "new", "--url", db_url)
     assert code == 0 and "nothing to do" in out
     assert run(capsys, "state", "load", str(snapshot), "--as", "empty", "--replace",
@@ -764,3 +765,222 @@ def test_demo_with_a_budget_too_small_suggests_one_that_works(url: str, capsys: 
     assert budget > 50
     code, out, err = run(capsys, *hint[1:], "--url", url)
     assert code == 0, err
+
+
+# ---- new-user walkthrough fixes -------------------------------------------------------------
+
+
+def test_url_accepts_what_the_library_accepts(tmp_path: Path, capsys: Any,
+                                              monkeypatch: Any) -> None:
+    """postgres:// (what hosting providers give) works; a bare path gets the library's hint."""
+    from memstore.cli._commands import url_of
+
+    for url in ("postgres://postgres@127.0.0.1/x", "postgres+psycopg://u:pw@h:5433/db"):
+        assert url_of(argparse.Namespace(url=url)) == url
+    monkeypatch.setenv("MEMSTORE_URL", "postgres://postgres@127.0.0.1/x")
+    assert url_of(argparse.Namespace(url=None)) == "postgres://postgres@127.0.0.1/x"
+    monkeypatch.delenv("MEMSTORE_URL")
+    code, _, err = run(capsys, "db", "check", "--url", "./memstore.db")
+    line = one_error_line(err)
+    assert code == 2 and "--url" in line and "write 'sqlite:///./memstore.db'" in line
+    monkeypatch.setenv("MEMSTORE_URL", "agent.db")
+    code, _, err = run(capsys, "stats")
+    line = one_error_line(err)
+    assert code == 2 and "MEMSTORE_URL" in line and "'sqlite:///agent.db'" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.postgres
+def test_postgres_scheme_url_and_the_upgrade_hint(postgres: Any, capsys: Any,
+                                                  monkeypatch: Any) -> None:
+    """A fresh PostgreSQL database: the error names the command with the real URL."""
+    from sqlalchemy.engine import make_url
+
+    from memstore import SchemaOutOfDateError
+
+    created = make_url(postgres.create_database("cli_schema"))
+    url = created.set(drivername="postgres").render_as_string(hide_password=False)
+    secret = created.set(drivername="postgres", password="s3cret").render_as_string(
+        hide_password=False)  # trust authentication: the password is not checked
+    # the library's message: readable, and names both remedies
+    with pytest.raises(SchemaOutOfDateError) as info:
+        MemoryStore(url, migrate="check")
+    text = str(info.value)
+    assert "no memstore tables yet" in text and "no memstore schema" not in text
+    assert "memstore db upgrade" in text and "memstore.migrate.upgrade(" in text
+    # the command's: this database's URL, password hidden, no Python call
+    code, _, err = run(capsys, "db", "check", "--url", url)
+    line = one_error_line(err)
+    assert code == 1 and "the database has no memstore tables yet" in line, line
+    assert f"`memstore db upgrade --url {url}`" in line
+    assert "<database url>" not in line and "migrate.upgrade" not in line
+    code, _, err = run(capsys, "stats", "--url", secret)
+    line = one_error_line(err)
+    assert code == 1 and "s3cret" not in line and ":***@" in line
+    # MEMSTORE_URL=postgres://... works for every command
+    monkeypatch.setenv("MEMSTORE_URL", url)
+    code, _, err = run(capsys, "messages", "c")
+    line = one_error_line(err)
+    assert code == 1 and "`memstore db upgrade`" in line and url in line
+    assert run(capsys, "db", "upgrade")[0] == 0
+    assert run(capsys, "append", "c", "user", "hello")[0] == 0
+    code, out, _ = run(capsys, "stats", "--format", "json")
+    assert code == 0 and json.loads(out)["messages"] == 1
+    # a schema behind head: named as such
+    assert run(capsys, "db", "downgrade", "-1")[0] == 0
+    code, _, err = run(capsys, "window", "c")
+    line = one_error_line(err)
+    assert code == 1 and "behind this memstore's" in line and "upgrade it with" in line
+
+
+def test_sqlite_without_memstore_tables_gets_the_upgrade_command(tmp_path: Path,
+                                                                 capsys: Any) -> None:
+    import sqlite3
+
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE unrelated (x)")
+    conn.close()
+    url = f"sqlite:///{path}"
+    code, _, err = run(capsys, "messages", "c", "--url", url)
+    line = one_error_line(err)
+    assert code == 1 and "the database has no memstore tables yet" in line
+    assert f"`memstore db upgrade --url {url}`" in line and "migrate.upgrade" not in line
+    assert run(capsys, "db", "upgrade", "--url", url)[0] == 0
+    assert run(capsys, "db", "check", "--url", url)[0] == 0
+
+
+def test_import_help_says_which_formats_append(url: str, capsys: Any,
+                                               tmp_path: Path) -> None:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    text = " ".join(sub.choices["import"].format_help().split())
+    assert "importing the same file twice stores nothing new" not in text.lower()
+    assert "same memstore file twice stores nothing new" in text
+    assert "--format openai appends every time" in text
+    doc = " ".join((Path(__file__).parent.parent / "docs" / "cli.md").read_text().split())
+    assert "appends every time" in doc and "idempotent" in doc
+    # what the help says is what happens
+    source = tmp_path / "h.json"
+    source.write_text(json.dumps(_history(1)))
+    for _ in range(2):
+        code, out, _ = run(capsys, "import", str(source), "--format", "openai", "--into", "h1",
+                           "--url", url)
+        assert code == 0 and out.strip() == "stored 3 messages in 'h1'"
+    with MemoryStore(url) as store:
+        assert len(store.messages("h1")) == 6
+    # messages with client ids: a second import stores nothing new, and says so
+    source.write_text(json.dumps([{**m, "id": f"m{i}"} for i, m in enumerate(_history(1))]))
+    assert run(capsys, "import", str(source), "--format", "openai", "--into", "h2",
+               "--url", url)[1].strip() == "stored 3 messages in 'h2'"
+    code, out, _ = run(capsys, "import", str(source), "--format", "openai", "--into", "h2",
+                       "--url", url)
+    assert code == 0 and out.strip() == "nothing new in 'h2' (3 messages already stored)"
+
+
+def test_import_errors_name_the_cli_flag_not_the_python_argument(url: str, capsys: Any,
+                                                                 tmp_path: Path) -> None:
+    bare = tmp_path / "history.jsonl"
+    with MemoryStore(url) as store:
+        store.extend("c", _history(1))
+        bare.write_text("".join(m.model_dump_json() + "\n" for m in store.messages("c")))
+    code, _, err = run(capsys, "import", str(bare), "--url", url)
+    line = one_error_line(err)
+    assert code == 1 and "--as CONV" in line and "rename" not in line, line
+    two = tmp_path / "two.jsonl"
+    assert run(capsys, "export", "-o", str(two), "--url", url)[0] == 0
+    two.write_text(two.read_text() + two.read_text().replace('"c"', '"d"'))
+    code, _, err = run(capsys, "import", str(two), "--as", "x", "--url", url)
+    line = one_error_line(err)
+    assert code == 1 and "--as imports one conversation" in line and "rename" not in line
+
+
+@pytest.mark.parametrize("columns", [None, "80"])
+def test_demo_is_readable_at_80_columns(url: str, capsys: Any, monkeypatch: Any,
+                                        columns: str | None) -> None:
+    """Piped (Rich's default: 80 columns) or an 80-column terminal: nothing is cut off."""
+    if columns is None:
+        monkeypatch.delenv("COLUMNS")
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    for budget in ("50", "1000"):
+        code, out, _ = run(capsys, "demo", "--budget", budget, "--url", url)
+        assert code == 0
+        lines = out.splitlines()
+        assert max(len(line) for line in lines) <= 80, out
+        flat = " ".join(out.split())
+        header = " ".join(" ".join(lines[1:3]).split())
+        assert header == "token score head & recent seq role tokens limited based buffered " \
+            "tail turns unbounded builder", out
+        for words in ("score: a higher-scored unit took the room;",
+                      "outside the view's message, head-and-tail or turn limit;",
+                      "builder: a retrieved policy document, then the history through "
+                      f"score-based, in one budget of {int(budget):,}."):
+            assert words in flat, (words, out)
+        if budget == "50":
+            # token-limited, score-based, builder: the footer wraps, whole
+            at = next(i for i, line in enumerate(lines) if line.lstrip().startswith("2,339"))
+            footer = " ".join(lines[at:at + 2]).split()
+            assert footer.count("too") == 3 and footer.count("small") == 3, out
+        assert lines[-1].startswith("Next: memstore window demo")  # one line, to copy
+
+
+def test_counts_of_one_are_singular(url: str, capsys: Any, tmp_path: Path) -> None:
+    code, out, _ = run(capsys, "append", "c", "user", "hi", "--url", url)
+    assert code == 0
+    code, out, _ = run(capsys, "window", "c", "--format", "table", "--url", url)
+    assert "1 message, " in out and "1 messages" not in out
+    assert "of 1 stored message left out" in out
+    dump = tmp_path / "c.jsonl"
+    code, _, err = run(capsys, "export", "c", "-o", str(dump), "--url", url)
+    assert "exported 1 conversation, 1 message to" in err
+    code, out, _ = run(capsys, "import", str(dump), "--as", "d", "--url", url)
+    assert out.strip() == "d: 1 message written"
+    code, out, _ = run(capsys, "import", str(dump), "--as", "d", "--url", url)
+    assert out.strip() == "d: nothing new (1 message already stored)"
+    code, out, _ = run(capsys, "import", str(dump), "--as", "d", "--replace", "--url", url)
+    assert out.strip() == "d: replaced (1 message written)"
+    code, out, _ = run(capsys, "clear", "d", "--url", url)
+    assert out.strip() == "deleted 1 message from 'd'"
+    source = tmp_path / "one.json"
+    source.write_text('[{"role": "user", "content": "hi"}]')
+    code, out, _ = run(capsys, "import", str(source), "--format", "openai", "--into", "e",
+                       "--url", url)
+    assert out.strip() == "stored 1 message in 'e'"
+    snapshot = tmp_path / "s.json"
+    assert run(capsys, "state", "save", "c", "-o", str(snapshot), "--url", url)[0] == 0
+    code, out, _ = run(capsys, "state", "load", str(snapshot), "--as", "f", "--url", url)
+    assert out.strip() == "loaded 1 message into 'f'"
+
+
+def test_keep_rate_accepts_what_the_view_accepts(url: str, capsys: Any) -> None:
+    with MemoryStore(url) as store:
+        store.extend("c", [Message.user(f"turn {i}") for i in range(10)])
+    for rate in ("0", "1", "0.5"):
+        code, out, err = run(capsys, "window", "c", "--view", "score-based", "--keep-rate", rate,
+                             "--budget", "40", "--json", "--url", url)
+        assert code == 0, (rate, err)
+        assert json.loads(out)["seqs"][-1] == 10
+    for rate in ("-0.1", "1.01", "nan"):
+        code, _, err = run(capsys, "window", "c", "--keep-rate", rate, "--url", url)
+        assert code == 2 and "--keep-rate" in one_error_line(err), rate
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert "in [0, 1]" in sub.choices["window"].format_help()
+
+
+def test_window_budget_error_suggests_a_budget(url: str, capsys: Any) -> None:
+    with MemoryStore(url) as store:
+        store.extend("c", [Message.system("You are a careful assistant. " * 10),
+                           Message.user("hello")])
+    for extra in ((), ("--reserve", "20"), ("--view", "score-based")):
+        code, _, err = run(capsys, "window", "c", "--budget", "30", *extra, "--url", url)
+        line = one_error_line(err)
+        assert code == 1 and "; use --budget " in line and line.endswith(" or more"), line
+        needed = int(line.split("; use --budget ")[1].split()[0])
+        assert needed > 30
+        code, _, err = run(capsys, "window", "c", "--budget", str(needed), *extra, "--url", url)
+        assert code == 0, err
+        code, _, err = run(capsys, "window", "c", "--budget", str(needed - 1), *extra,
+                           "--url", url)
+        assert code == 1, err  # the smallest budget that works

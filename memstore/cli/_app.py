@@ -19,7 +19,12 @@ from pydantic import ValidationError
 from memstore.cli import _commands as cmd
 from memstore.cli._demo import demo as _demo
 from memstore.cli._errors import FileFormatError, UsageError, one_line
-from memstore.errors import ConfigurationError, InvalidInputError, MemstoreError
+from memstore.errors import (
+    ConfigurationError,
+    InvalidInputError,
+    MemstoreError,
+    SchemaOutOfDateError,
+)
 
 __all__ = ["EPILOG", "build_parser", "main"]
 
@@ -213,13 +218,16 @@ def build_parser() -> argparse.ArgumentParser:
                     "Store conversations from a file written by 'memstore export' (or lines "
                     "printed by 'memstore messages --format jsonl', with --as), or a list of "
                     "OpenAI chat messages with --format openai --into CONV. Each conversation "
-                    "is written all or nothing; importing the same file twice stores nothing "
-                    "new."))
+                    "is written all or nothing. Importing the same memstore file twice stores "
+                    "nothing new; --format openai appends every time, so a second import "
+                    "stores the messages again (except those with an \"id\" already "
+                    "stored)."))
     p.add_argument("file", help="the file to read, or - for standard input")
     p.add_argument("extra", nargs="?", help=argparse.SUPPRESS)  # the old 'import CONV FILE'
     p.add_argument("--format", choices=("memstore", "openai"), default="memstore",
-                   help="memstore: the export format (default); openai: a JSON list or JSON "
-                        "lines of OpenAI chat messages, appended to --into")
+                   help="memstore: the export format (default), idempotent; openai: a JSON "
+                        "list or JSON lines of OpenAI chat messages, appended to --into on "
+                        "every import")
     p.add_argument("--as", "--into", dest="target", metavar="CONV",
                    help="the target conversation: renames the file's one conversation, or "
                         "receives the OpenAI messages")
@@ -258,9 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tokens of the budget kept free for the reply (default: 0)")
     p.add_argument("--start-on-user", action="store_true",
                    help="token-limited: start the kept suffix at a user message")
-    p.add_argument("--keep-rate", type=_number(0.0, 1.0, exclusive_min=True), default=0.9,
-                   metavar="RATE",
-                   help="score-based: decay per newer message, in (0, 1] (default: 0.9)")
+    p.add_argument("--keep-rate", type=_number(0.0, 1.0), default=0.9, metavar="RATE",
+                   help="score-based: decay per newer message, in [0, 1] (default: 0.9)")
     p.add_argument("--half-life", type=_number(0.0, exclusive_min=True), default=None,
                    metavar="SECONDS",
                    help="score-based: decay by age in seconds instead of --keep-rate")
@@ -341,7 +348,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (MemstoreError, ValidationError, OSError, UnicodeDecodeError) as exc:
         if args.debug:
             traceback.print_exc()
-        sys.stderr.write(f"memstore: error: {one_line(exc)}\n")
+        text = one_line(exc)
+        if isinstance(exc, SchemaOutOfDateError):
+            # The command that fixes it, for this database (not the library's placeholder).
+            text = one_line(Exception(cmd.out_of_date_message(args, exc)))
+        sys.stderr.write(f"memstore: error: {text}\n")
         return _exit_code(exc)
     except Exception as exc:  # a bug or an unforeseen failure: still one line
         if args.debug:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
+import shlex
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -17,16 +19,19 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from memstore import migrate
-from memstore._engine import default_url
+from memstore._engine import default_url, parse_url, sync_url
 from memstore._validate import JSON_TOO_DEEP
 from memstore.cli import _output as out
 from memstore.cli._errors import FileFormatError, UsageError, validation_summary
 from memstore.errors import (
+    ConfigurationError,
     ConflictError,
+    ContextBudgetError,
     ConversationNotFoundError,
     DatabaseError,
     InvalidInputError,
     MemstoreError,
+    SchemaOutOfDateError,
 )
 from memstore.models import (
     ContextWindow,
@@ -80,23 +85,34 @@ REASONS = {
 def url_of(args: argparse.Namespace) -> str:
     """The database URL of a command: ``--url``, else ``$MEMSTORE_URL``, else ./memstore.db.
 
-    A URL that is not one, or names a database SQLAlchemy cannot load, is a usage error.
+    It is checked as the library checks it (:func:`memstore._engine.parse_url`, so
+    ``postgres://`` works too); a URL that is not one, or names a database memstore
+    cannot use, is a usage error naming where the URL came from.
     """
-    url = getattr(args, "url", None) or default_url()
+    given = getattr(args, "url", None)
+    url = given or default_url()
+    source = "MEMSTORE_URL" if not given and os.environ.get("MEMSTORE_URL") else "--url"
     try:
-        make_url(url).get_dialect()
-    except ArgumentError:
-        raise UsageError(f"--url: {url!r} is not a database URL "
-                         "(e.g. sqlite:///memstore.db, postgresql://user@host/db)") from None
-    except (NoSuchModuleError, ImportError) as exc:
-        raise UsageError(f"--url: cannot use {url!r}: {exc} (memstore works with "
+        sync_url(url).get_dialect()
+    except ConfigurationError as exc:
+        raise UsageError(f"{source}: {exc}") from None
+    except (ArgumentError, NoSuchModuleError, ImportError) as exc:
+        raise UsageError(f"{source}: cannot use {_shown(url)!r}: {exc} (memstore works with "
                          "sqlite:// and postgresql:// URLs)") from None
     return url
 
 
+def _shown(url: str) -> str:
+    """``url`` as it may be printed: the password hidden."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):
+        return url
+
+
 def missing_sqlite_file(url: str) -> str | None:
     """The path of a SQLite file ``url`` names when that file does not exist, else None."""
-    u = make_url(url)
+    u = parse_url(url)
     path = u.database
     if u.get_backend_name() != "sqlite" or not path or path == ":memory:" \
             or path.startswith("file:"):
@@ -191,6 +207,30 @@ def _schema_at(url: str) -> str:
     return ", ".join(at) if at else "base (no memstore tables)"
 
 
+def out_of_date_message(args: argparse.Namespace, exc: SchemaOutOfDateError) -> str:
+    """The CLI's words for a schema that is behind: the command that fixes it, with the URL.
+
+    The library's message names a placeholder URL and a Python call; here the command
+    is spelled out for the command's own database (its password hidden).
+    """
+    url = url_of(args)
+    try:
+        at = migrate.current(url)
+    except MemstoreError:
+        return str(exc)  # the database went away since: the library's words will do
+    want = ", ".join(migrate.heads())
+    if at:
+        state, fix = (f"the database schema is at revision {', '.join(at)}, behind this "
+                      f"memstore's {want}", "upgrade it")
+    else:
+        state, fix = "the database has no memstore tables yet", "create them"
+    if not getattr(args, "url", None) and os.environ.get("MEMSTORE_URL"):
+        command = f"`memstore db upgrade` (it uses MEMSTORE_URL, {_shown(url)})"
+    else:
+        command = f"`memstore db upgrade --url {shlex.quote(_shown(url))}`"
+    return f"{state}: {fix} with {command}"
+
+
 def db_upgrade(args: argparse.Namespace) -> int:
     """``memstore db upgrade``."""
     url = url_of(args)
@@ -242,7 +282,8 @@ def db_create_partitioned(args: argparse.Namespace) -> int:
         migrate.create_partitioned(url, args.partitions, sql=True, output=sys.stdout)
         return 0
     migrate.create_partitioned(url, args.partitions)
-    print(f"memstore tables created with {args.partitions} hash partitions each; schema at "
+    print(f"memstore tables created with {out.counted(args.partitions, 'hash partition')} "
+          "each; schema at "
           f"{', '.join(migrate.current(url))}")
     return 0
 
@@ -308,7 +349,7 @@ def stats(args: argparse.Namespace) -> int:
     elif form == "json":
         out.print_json(data)
     else:
-        size = "unknown" if s.database_bytes is None else f"{s.database_bytes:,} bytes"
+        size = "unknown" if s.database_bytes is None else out.counted(s.database_bytes, "byte")
         rows = [("conversations", f"{s.conversations:,}"), ("messages", f"{s.messages:,}"),
                 ("tokens", f"{s.tokens:,}"), ("database size", size),
                 ("schema revision", s.schema_revision or "none")]
@@ -333,7 +374,8 @@ def append(args: argparse.Namespace) -> int:
     message = Message.from_openai(fields, score=args.score, pinned=args.pin)
     with open_store(args, write=True, create=True) as store:
         stored = store.append(args.conversation_id, message)
-    print(f"stored seq {stored.seq} ({stored.token_count} tokens, {stored.token_counter})")
+    print(f"stored seq {stored.seq} ({out.counted(stored.token_count, 'token')}, "
+          f"{stored.token_counter})")
     return 0
 
 
@@ -375,9 +417,27 @@ def _import_openai(args: argparse.Namespace) -> int:
         except ValidationError as exc:
             raise FileFormatError(f"{where}: {validation_summary(exc)}") from None
     with open_store(args, write=True, create=True) as store:
+        before = _last_seq(store, args.target)
         stored = store.extend(args.target, messages)
-    print(f"stored {len(stored)} messages in {args.target!r}")
+    new = sum(1 for m in stored if m.seq > before)  # a message whose id is stored is not new
+    if new == len(stored):
+        print(f"stored {out.counted(new, 'message')} in {args.target!r}")
+    elif new:
+        print(f"stored {out.counted(new, 'message')} in {args.target!r} "
+              f"({len(stored) - new:,} already stored)")
+    else:
+        print(f"nothing new in {args.target!r} ({out.counted(len(stored), 'message')} "
+              "already stored)")
     return 0
+
+
+def _last_seq(store: MemoryStore, conversation_id: str) -> int:
+    """The seq of a conversation's newest message (0 when it has none, or does not exist)."""
+    try:
+        newest = store.messages(conversation_id, limit=1, newest_first=True)
+    except ConversationNotFoundError:
+        return 0
+    return newest[0].seq if newest else 0
 
 
 def import_(args: argparse.Namespace) -> int:
@@ -413,6 +473,8 @@ def import_(args: argparse.Namespace) -> int:
                 line = getattr(exc, "line", None)
                 where = f"{name}:{line}" if line else name
                 text = validation_summary(exc) if isinstance(exc, ValidationError) else str(exc)
+                for python, flag in _IMPORT_ARGUMENTS:  # the library's words, the CLI's flags
+                    text = text.replace(python, flag)
                 raise FileFormatError(f"{where}: {text.removeprefix(f'line {line}: ')}"
                                       ) from exc
     finally:
@@ -425,16 +487,22 @@ def import_(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Python arguments named by :func:`memstore.transfer.import_jsonl`'s errors, and the
+#: ``memstore import`` flag that sets each.
+_IMPORT_ARGUMENTS = (("pass rename= to import", "pass --as CONV to import"),
+                     ("rename imports one conversation", "--as imports one conversation"))
+
+
 def _print_imported(c: Any) -> None:
     """One line per imported conversation: what was written, or that nothing was new."""
     if c.replaced:
-        what = f"replaced ({c.written} messages written)"
+        what = f"replaced ({out.counted(c.written, 'message')} written)"
     elif c.written:
-        what = f"{c.written} messages written"
-        what += f", {c.unchanged} already stored" if c.unchanged else ""
+        what = f"{out.counted(c.written, 'message')} written"
+        what += f", {c.unchanged:,} already stored" if c.unchanged else ""
     else:
-        what = f"nothing new ({c.unchanged} messages already stored)"
-    what += f", {c.summaries} summaries stored" if c.summaries else ""
+        what = f"nothing new ({out.counted(c.unchanged, 'message')} already stored)"
+    what += f", {out.counted(c.summaries, 'summary', 'summaries')} stored" if c.summaries else ""
     print(f"{c.id}: {what}")
 
 
@@ -456,8 +524,10 @@ def export(args: argparse.Namespace) -> int:
         finally:
             if target:
                 fp.close()
-    out.status(f"exported {result.conversations} conversations, {result.messages} messages"
-               + (f", {result.summaries} summaries" if result.summaries else "")
+    out.status(f"exported {out.counted(result.conversations, 'conversation')}, "
+               f"{out.counted(result.messages, 'message')}"
+               + (f", {out.counted(result.summaries, 'summary', 'summaries')}"
+                  if result.summaries else "")
                + (f" to {target}" if target else ""))
     return 0
 
@@ -533,7 +603,14 @@ def window(args: argparse.Namespace) -> int:
     """``memstore window CONV``."""
     view = make_view(args)
     with open_store(args) as store:
-        win = store.window(args.conversation_id, view)
+        try:
+            win = store.window(args.conversation_id, view)
+        except ContextBudgetError as exc:
+            required = getattr(exc, "required", None)
+            if not isinstance(required, int) or required <= args.budget:
+                raise
+            raise ContextBudgetError(f"{exc}; use --budget {required} or more",
+                                     required=required, budget=exc.budget) from exc
     form = fmt(args)
     if form == "json":
         out.print_json({"conversation_id": win.conversation_id, "messages": win.to_openai(),
@@ -558,9 +635,11 @@ def window(args: argparse.Namespace) -> int:
                              ("tokens", {"justify": "right"}), "why kept", "text"], rows,
                             title=f"{report.view} window of {win.conversation_id!r}"))
     budget = f" of {win.budget:,}" if win.budget is not None else ""
-    console.print(f"{len(win.messages)} messages, {win.token_count:,} tokens{budget}; "
-                  f"{report.omitted_count} of {report.conversation_message_count} stored "
-                  f"messages left out; {report.rows_read} rows read")
+    console.print(f"{out.counted(len(win.messages), 'message')}, "
+                  f"{out.counted(win.token_count, 'token')}{budget}; "
+                  f"{report.omitted_count:,} of "
+                  f"{out.counted(report.conversation_message_count, 'stored message')} left "
+                  f"out; {out.counted(report.rows_read, 'row')} read")
     for o in report.omitted:
         seqs = f"seq {o.first_seq}" if o.first_seq == o.last_seq else \
             f"seqs {o.first_seq}-{o.last_seq}"
@@ -584,7 +663,7 @@ def clear(args: argparse.Namespace) -> int:
     """``memstore clear CONV``."""
     with open_store(args, write=True) as store:
         n = store.clear(args.conversation_id)
-    print(f"deleted {n} messages from {args.conversation_id!r}")
+    print(f"deleted {out.counted(n, 'message')} from {args.conversation_id!r}")
     return 0
 
 
@@ -666,5 +745,5 @@ def state_load(args: argparse.Namespace) -> int:
             # conversation created by someone else since the check above is then
             # appended to (or refused on a repeated message id), never overwritten.
         conv = store.load_state(state, target, replace=replace)
-    print(f"loaded {len(state.messages)} messages into {conv.id!r}")
+    print(f"loaded {out.counted(len(state.messages), 'message')} into {conv.id!r}")
     return 0

@@ -200,7 +200,9 @@ def demo_table(result: DemoResult, width: int = 100) -> Table:
     """The side-by-side table: one row per message, one column per view.
 
     ``width`` is the console's: the text preview gets what the other columns leave
-    (and is left out below 12 characters), so every row stays on one line.
+    (and is left out below 12 characters), so every row stays on one line. When even
+    the view columns do not fit (a footer "too small" at 80 columns), their footers and
+    headers wrap, and so does the legend: nothing is cut off.
     """
     total = sum(m.token_count for m in result.messages)
     settings = "; ".join(f"{name}: {setting}" for name, setting in result.columns)
@@ -211,13 +213,19 @@ def demo_table(result: DemoResult, width: int = 100) -> Table:
     footers = [Text("too small", style="red") if isinstance(w, ContextBudgetError)
                else Text(f"{w.token_count:,}") for w in result.windows]
     headers = [_HEADERS.get(name, name) for name, _ in result.columns]
-    widths = [max(*(len(x) for x in h.split("\n")), len(f), *(len(r[2][i]) for r in rows))
-              for i, (h, f) in enumerate(zip(headers, footers))]
+    # A view column is as wide as its widest cell; its header and footer wrap at spaces
+    # when the console is narrow (minimum), and stay on one line when there is room (best).
+    least = [max(*(len(x) for x in h.split()), *(len(x) for x in f.plain.split()),
+                 *(len(r[2][i]) for r in rows))
+             for i, (h, f) in enumerate(zip(headers, footers))]
+    widths = [max(*(len(x) for x in h.split("\n")), len(f), w)
+              for h, f, w in zip(headers, footers, least)]
     fixed = 3 + 9 + 6 + sum(widths) + len(widths) + 3  # one space between columns
     text_width = min(48, width - fixed - 1)
     table = Table(
         title=f"What each view keeps of conversation {CONVERSATION_ID!r} "
-              f"({len(result.messages)} messages, {total:,} tokens)",
+              f"({out.counted(len(result.messages), 'message')}, "
+              f"{out.counted(total, 'token')})",
         caption=f"✓ sent to the model; ✗ left out, and why (budget: over the token budget; "
                 f"score: a higher-scored unit took the room; buffer, gap, turns: outside the "
                 f"view's message, head-and-tail or turn limit; open: a tool call still "
@@ -231,8 +239,15 @@ def demo_table(result: DemoResult, width: int = 100) -> Table:
     table.add_column("tokens", justify="right", footer=f"{total:,}", min_width=6)
     if text_width >= 12:
         table.add_column("text", width=text_width, no_wrap=True, footer="tokens sent")
-    for header, footer, w in zip(headers, footers, widths):
-        table.add_column(header, footer=footer, no_wrap=True, min_width=w)
+    # Rich cannot shrink columns below their minimum widths itself (it would overflow, and
+    # the console crop the lines and the legend): when one-line headers and footers do not
+    # fit, each view column gets exactly its widest cell and they wrap.
+    narrow = fixed - 1 > width
+    for header, footer, w, least_w in zip(headers, footers, widths, least):
+        if narrow:
+            table.add_column(header, footer=footer, width=least_w, overflow="fold")
+        else:
+            table.add_column(header, footer=footer, no_wrap=True, min_width=w)
     for m, role, cells in rows:
         text = [Text(message_preview(m, text_width))] if text_width >= 12 else []
         table.add_row(str(m.seq), role, f"{m.token_count:,}", *text, *cells)
@@ -270,7 +285,7 @@ def demo(args: argparse.Namespace) -> int:
     # The hint's budget is one the score-based view can serve (the demo's, unless too small).
     scored = result.windows[[name for name, _ in result.columns].index("score-based")]
     budget = scored.required if isinstance(scored, ContextBudgetError) else result.budget
-    console.print(f"Stored as conversation {CONVERSATION_ID!r} (run again to replace it). "
-                  f"Next: memstore window {CONVERSATION_ID} --view score-based --budget "
-                  f"{budget}")
+    console.print(f"Stored as conversation {CONVERSATION_ID!r} (run again to replace it).")
+    console.print(f"Next: memstore window {CONVERSATION_ID} --view score-based --budget "
+                  f"{budget}", overflow="fold")
     return 0

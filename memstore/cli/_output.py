@@ -27,6 +27,7 @@ from rich.text import Text
 __all__ = [
     "FORMATS",
     "console",
+    "counted",
     "default_format",
     "err_console",
     "preview",
@@ -65,6 +66,11 @@ def print_jsonl(lines: Sequence[str]) -> None:
     """Already-serialised JSON lines on standard output."""
     for line in lines:
         sys.stdout.write(line + "\n")
+
+
+def counted(n: int, word: str, plural: str | None = None) -> str:
+    """``n`` and the noun, singular for 1: ``counted(1, "message")`` is ``1 message``."""
+    return f"{n:,} {word if n == 1 else plural or word + 's'}"
 
 
 def status(message: str) -> None:
