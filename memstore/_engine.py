@@ -186,14 +186,6 @@ def _engine_kwargs(u: URL, options: dict[str, Any]) -> dict[str, Any]:
         # One shared in-memory database for every connection of this engine.
         kwargs.setdefault("poolclass", pool.StaticPool)
         kwargs.setdefault("connect_args", {"check_same_thread": False})
-    elif u.get_backend_name() == "postgresql" and "options" not in u.query:
-        # Sessions in UTC: psycopg then returns timestamptz values with timezone.utc,
-        # which every read hands out, instead of the server zone (often 'Etc/UTC') that
-        # each row read would otherwise be converted from. Only times sent to the client
-        # change; a caller's own ``options`` (URL or connect_args) are left as given.
-        connect_args = dict(kwargs.get("connect_args") or {})
-        connect_args.setdefault("options", "-c TimeZone=UTC")
-        kwargs["connect_args"] = connect_args
     # No pool_pre_ping by default (SQLAlchemy's default too): it costs a round trip per
     # checkout, which is a third of a small window on PostgreSQL. Pass
     # ``pool_pre_ping=True`` (or ``pool_recycle=...``) behind proxies that drop idle links.

@@ -12,8 +12,9 @@ import os
 import secrets
 import time
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timezone, tzinfo
 from typing import Any, NamedTuple
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sqlalchemy import Connection, Row
 from sqlalchemy import exc as sa_exc
@@ -127,12 +128,28 @@ def as_utc(moment: datetime) -> datetime:
     """``moment`` with ``timezone.utc`` as its tzinfo (naive values are taken as UTC).
 
     psycopg returns a ``timestamptz`` in the session's time zone: ``ZoneInfo('Etc/UTC')``
-    on a server set to ``Etc/UTC``, or any other zone a client sets. Every message read
-    carries ``timezone.utc`` whichever path read it (a window, ``messages()``, a state).
+    on a server set to ``Etc/UTC`` (Debian's default), or any zone a client sets (the
+    ``TimeZone`` of ``PGOPTIONS``, a service file, ``SET TIME ZONE``). memstore leaves the
+    session's settings alone and converts here, so every message read carries
+    ``timezone.utc`` whichever path read it (a window, ``messages()``, a state). A zone
+    that is UTC under another name only has its tzinfo replaced, a few times cheaper
+    than a conversion.
     """
-    if moment.tzinfo is None:
+    tz = moment.tzinfo
+    if tz is None or tz in _UTC_ZONES:
         return moment.replace(tzinfo=_UTC)
     return moment.astimezone(_UTC)
+
+
+def _utc_zones() -> frozenset[tzinfo]:
+    """The ``ZoneInfo`` objects that are UTC under another name (the ones available)."""
+    zones: set[tzinfo] = set()
+    for key in ("UTC", "Etc/UTC", "Etc/Universal", "Etc/Zulu", "Universal", "Zulu"):
+        try:
+            zones.add(ZoneInfo(key))  # ZoneInfo(key) is cached: psycopg gets the same object
+        except (ZoneInfoNotFoundError, ValueError, OSError):  # no time zone data here
+            continue
+    return frozenset(zones)
 
 
 def sqlite_time(value: Any) -> datetime:
@@ -148,6 +165,7 @@ def sqlite_time(value: Any) -> datetime:
 _SQLITE_TIME_LENGTH = len("2026-01-01 00:00:00.000000")
 _fromisoformat = datetime.fromisoformat
 _UTC = timezone.utc
+_UTC_ZONES = _utc_zones()
 _new = object.__new__
 _set = object.__setattr__
 _STORED_FIELDS = set(StoredMessage.model_fields)

@@ -703,6 +703,41 @@ def test_every_postgres_read_hands_out_timezone_utc(
         assert item.created_at.tzinfo is timezone.utc, (zone, injected, item)
 
 
+@pytest.mark.postgres
+def test_postgres_session_options_from_the_environment_are_honoured(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """memstore sends no ``options`` of its own: a deployment's PGOPTIONS (here a
+    search_path) applies, so its tables are found where it keeps them."""
+    import secrets
+
+    import sqlalchemy
+
+    schema = f"opts_{secrets.token_hex(4)}"
+    admin = sqlalchemy.create_engine(pg_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    with admin.begin() as conn:
+        conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
+    try:
+        monkeypatch.setenv("PGOPTIONS", f"-c search_path={schema} -c TimeZone=Asia/Tokyo")
+        from memstore import migrate
+
+        migrate.upgrade(pg_url)
+        store = MemoryStore(pg_url, counter=FixedCounter())
+        store.append("c", Message.user("hello"))
+        window = store.window("c", TokenLimitedView(100))
+        store.close()
+        assert window.messages[0].created_at.tzinfo is timezone.utc
+        with admin.connect() as conn:
+            tables = conn.exec_driver_sql(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
+                "AND table_name = 'memstore_messages'", (schema,)).all()
+        assert tables == [("memstore_messages",)]
+    finally:
+        with admin.begin() as conn:
+            conn.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
+        admin.dispose()
+
+
 def _export(conversation: str, messages: list[dict[str, Any]]) -> str:
     header = {"memstore_export": 1, "type": "conversation", "id": conversation,
               "created_at": "2026-01-05T10:00:00Z", "updated_at": "2026-01-05T10:02:11Z",
