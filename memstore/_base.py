@@ -631,6 +631,8 @@ def replacements(result: Any, read: list[StoredMessage],
     Raises:
         InvalidInputError: an awaitable, something that is not a list of messages, or an
             id given twice.
+        pydantic.ValidationError: a message that is not valid (one changed with
+            ``model_copy(update=...)`` is validated again, as ``extend`` validates).
     """
     refuse_awaitable(result, "rewrite's fn returned an awaitable: fn must be a plain "
                      "(synchronous) function returning the replacement messages")
@@ -641,12 +643,18 @@ def replacements(result: Any, read: list[StoredMessage],
         )
     items = list(result)
     seen: dict[str, int] = {}
+    as_read = {id(m) for m in read}
     for i, m in enumerate(items):
         if not isinstance(m, Message):
             raise InvalidInputError(
                 f"item {i} of rewrite's result is a {type(m).__name__}, not a Message or "
                 "StoredMessage"
             )
+        if id(m) not in as_read:
+            # Validated again, as extend validates: model_copy(update=...) and
+            # model_construct skip pydantic's checks (ValidationError names the field).
+            m = items[i] = type(m).model_validate(
+                {name: getattr(m, name) for name in type(m).model_fields})
         if m.id is not None:
             j = seen.setdefault(m.id, i)
             if j != i:

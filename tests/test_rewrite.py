@@ -243,6 +243,29 @@ async def test_a_bad_result_or_a_failing_fn_writes_nothing(store: Any) -> None:
 
     with pytest.raises(ValidationError):
         await call(store.rewrite("c", invalid))
+    # model_copy(update=...) skips pydantic's checks: the result is validated again, as
+    # extend validates, whatever path built the message
+    from datetime import datetime, timezone
+
+    skipped_checks = [
+        {"role": "tool"},                          # a tool message without tool_call_id
+        {"tool_call_id": "x"},                     # a tool_call_id on a user message
+        {"content": ["x"]},                        # a part that is not a part
+        {"content": "a\x00b"},                    # NUL in text
+    ]
+    for update in skipped_checks:
+        with pytest.raises(ValidationError):
+            await call(store.rewrite(
+                "c", lambda ms, update=update: [ms[0].model_copy(update=update), *ms[1:]]))
+        with pytest.raises(ValidationError):
+            await call(store.rewrite(
+                "c", lambda ms, update=update: [Message.user("new").model_copy(update=update)]))
+        assert await snapshot(store) == before
+    # a naive timestamp is taken as UTC, as the models take it (not a raw ValueError)
+    done = await call(store.rewrite("c", lambda ms: [
+        ms[0].model_copy(update={"created_at": datetime(2026, 1, 1)}), *ms[1:]]))
+    assert done[0].created_at == datetime(2026, 1, 1, tzinfo=timezone.utc)
+    before = await snapshot(store)
 
     def failing(ms: list[StoredMessage]) -> list[Message]:
         raise Boom("no")
