@@ -876,6 +876,15 @@ def test_import_help_says_which_formats_append(url: str, capsys: Any,
     code, out, _ = run(capsys, "import", str(source), "--format", "openai", "--into", "h2",
                        "--url", url)
     assert code == 0 and out.strip() == "nothing new in 'h2' (3 messages already stored)"
+    # an id repeated within the file is stored once and counted once
+    source.write_text(json.dumps([{"role": "user", "content": "a", "id": "x"},
+                                  {"role": "user", "content": "a", "id": "x"},
+                                  {"role": "user", "content": "b"}]))
+    code, out, _ = run(capsys, "import", str(source), "--format", "openai", "--into", "h3",
+                       "--url", url)
+    assert code == 0 and out.strip() == "stored 2 messages in 'h3' (1 already stored)"
+    with MemoryStore(url) as store:
+        assert len(store.messages("h3")) == 2
 
 
 def test_import_errors_name_the_cli_flag_not_the_python_argument(url: str, capsys: Any,

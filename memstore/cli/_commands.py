@@ -419,7 +419,8 @@ def _import_openai(args: argparse.Namespace) -> int:
     with open_store(args, write=True, create=True) as store:
         before = _last_seq(store, args.target)
         stored = store.extend(args.target, messages)
-    new = sum(1 for m in stored if m.seq > before)  # a message whose id is stored is not new
+    # a message whose id is stored is not new; one repeated in the file is stored once
+    new = len({m.seq for m in stored if m.seq > before})
     if new == len(stored):
         print(f"stored {out.counted(new, 'message')} in {args.target!r}")
     elif new:
