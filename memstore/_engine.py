@@ -19,6 +19,7 @@ conversation row lock; window reads run REPEATABLE READ READ ONLY (one snapshot)
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import os
 from typing import Any
@@ -27,6 +28,8 @@ from sqlalchemy import Engine, create_engine, event, pool
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.util import await_only
+from sqlalchemy.util.concurrency import in_greenlet
 
 from memstore.errors import ConfigurationError, MissingDependencyError
 
@@ -237,10 +240,39 @@ def install_sqlite_hooks(
         cursor.execute(f"PRAGMA synchronous={synchronous}")
         cursor.close()
 
+    @event.listens_for(engine, "close")
+    def _on_close(dbapi_connection: Any, _record: Any) -> None:
+        _rollback_before_close(dbapi_connection)
+
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
         immediate = conn.get_execution_options().get(_WRITE, False)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def _rollback_before_close(dbapi_connection: Any) -> None:
+    """Roll back a SQLite connection's open transaction before the pool closes it.
+
+    A write cancelled inside a statement (``asyncio.timeout``, ``task.cancel``) makes
+    SQLAlchemy invalidate and close its connection. Closing a ``sqlite3`` connection
+    while one of its statements is still referenced (the cancelled call's cursor, kept
+    alive by the ``CancelledError``'s traceback) leaves it open as a "zombie" that
+    keeps its transaction, and with it the database's write lock, for every process,
+    until that cursor is garbage-collected. Rolling back first releases the lock.
+    Errors are ignored: the connection is going away either way.
+    """
+    driver = getattr(dbapi_connection, "driver_connection", None)
+    try:
+        if driver is None:  # the sync driver: sqlite3 itself
+            if dbapi_connection.in_transaction:
+                dbapi_connection.rollback()
+        elif in_greenlet() and getattr(driver, "_connection", None) is not None:
+            # aiosqlite runs calls in order on its own thread: this runs once the
+            # statement the cancellation interrupted has finished; shielded, so a second
+            # cancellation does not skip it
+            await_only(asyncio.shield(driver.rollback()))
+    except (Exception, asyncio.CancelledError):  # closing anyway
+        pass
 
 
 def write_options() -> dict[str, Any]:

@@ -225,3 +225,47 @@ async def test_a_write_cancelled_inside_its_copy_raises_cancelled_and_writes_not
         await store.get_conversation("cancelled")
     assert (await store.append("cancelled", Message.user("after"))).seq == 1
     await store.close()
+
+
+async def test_a_cancelled_sqlite_write_does_not_leave_the_database_locked(tmp_path: Any) -> None:
+    """A write cancelled inside a statement makes SQLAlchemy close its connection; a
+    sqlite3 connection closed while the cancelled call's cursor is still referenced (by
+    the CancelledError's traceback, a task kept in a list) stayed open with its
+    transaction, holding the write lock for every other writer until garbage
+    collection. memstore rolls back before the close."""
+    import random
+    import sqlite3
+
+    path = tmp_path / "cancel.db"
+    store = AsyncMemoryStore(f"sqlite:///{path}", counter=FixedCounter())
+    await store.setup()
+
+    def another_writer_can_write() -> bool:
+        con = sqlite3.connect(path, timeout=0.5, isolation_level=None)
+        try:
+            con.execute("BEGIN IMMEDIATE")
+            con.execute("ROLLBACK")
+            return True
+        except sqlite3.OperationalError:
+            return False
+        finally:
+            con.close()
+
+    rnd = random.Random(7)
+    cancelled: list[asyncio.Task[Any]] = []  # referenced, as a TaskGroup or a log keeps them
+    locked = 0
+    for r in range(30):
+        batch = [Message.user("x " * 500 + f"{r} {i}", id=f"r{r}-{i}") for i in range(200)]
+        task = asyncio.create_task(store.extend("c", batch))
+        await asyncio.sleep(rnd.uniform(0.0, 0.02))
+        task.cancel()
+        try:
+            await task
+            continue  # it finished before the cancellation
+        except asyncio.CancelledError:
+            cancelled.append(task)
+        if not await asyncio.to_thread(another_writer_can_write):
+            locked += 1
+    assert cancelled, "no write was cancelled mid-way: the test proved nothing"
+    assert locked == 0, f"{locked} of {len(cancelled)} cancelled writes left the lock held"
+    await store.close()
