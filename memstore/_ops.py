@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Row
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.util import await_only
 
 from memstore import _rewrite
@@ -71,14 +72,18 @@ def create_conversation(
     conn: Connection, cid: str, metadata: dict[str, Any]
 ) -> Conversation:
     """Create an empty conversation; ConflictError when the id is taken."""
+    taken = ConflictError(f"conversation {cid!r} already exists")
     if conn.execute(q.conversation(cid)).first() is not None:
-        raise ConflictError(f"conversation {cid!r} already exists")
+        raise taken
     now = utcnow()
-    conn.execute(q.insert_conversation({
-        "id": cid, "created_at": now, "updated_at": now, "metadata": metadata,
-        "first_seq": 1, "last_seq": 0, "token_count": 0, "max_score": 1.0,
-        "epoch": q.new_epoch(),
-    }))
+    try:
+        conn.execute(q.insert_conversation({
+            "id": cid, "created_at": now, "updated_at": now, "metadata": metadata,
+            "first_seq": 1, "last_seq": 0, "token_count": 0, "max_score": 1.0,
+            "epoch": q.new_epoch(),
+        }))
+    except sa_exc.IntegrityError as exc:  # another writer created it since the check
+        raise taken from exc
     return to_conversation(conversation_row(conn, cid))
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Row
 from sqlalchemy import exc as sa_exc
 
 from memstore import _ops
@@ -32,12 +32,13 @@ from memstore.models import (
 __all__ = [
     "Loader",
     "Recounter",
-    "recount",
     "check_stream_summaries",
+    "create_conversation",
     "load_state",
     "load_stream",
     "merge_summaries",
     "read_page",
+    "recount",
     "save_state",
 ]
 
@@ -76,23 +77,29 @@ def load_state(
     if src and src[-1].seq - src[0].seq + 1 != len(src):
         raise InvalidInputError("state messages must have contiguous seqs")
     dialect = conn.dialect.name
-    existing = conn.execute(q.conversation(cid, for_update=True)).first()
     c = state.conversation
-    if existing is None or replace:
-        if existing is not None:
+    first = src[0].seq if src else first_seq_without_messages(state.summaries)
+    fresh = {
+        "id": cid, "created_at": c.created_at, "updated_at": c.updated_at,
+        "metadata": dict(c.metadata), "first_seq": first, "last_seq": first + len(src) - 1,
+        "token_count": sum(m.token_count for m in src),
+        "max_score": max([1.0, *(m.score for m in src)]),
+        "epoch": q.new_epoch(),
+    }
+    existing = conn.execute(q.conversation(cid, for_update=True)).first()
+    created = False
+    if existing is None:
+        existing = create_conversation(conn, cid, fresh)
+        created = existing is None
+    if created or replace:
+        if not created:
             conn.execute(q.delete_messages(cid))
             conn.execute(q.delete_summaries(cid))
             conn.execute(q.delete_conversation(cid))
-        first = src[0].seq if src else first_seq_without_messages(state.summaries)
-        conn.execute(q.insert_conversation({
-            "id": cid, "created_at": c.created_at, "updated_at": c.updated_at,
-            "metadata": dict(c.metadata), "first_seq": first, "last_seq": first + len(src) - 1,
-            "token_count": sum(m.token_count for m in src),
-            "max_score": max([1.0, *(m.score for m in src)]),
-            "epoch": q.new_epoch(),
-        }))
+            conn.execute(q.insert_conversation(fresh))
         seqs = [m.seq for m in src]
     else:
+        assert existing is not None
         if not src:
             return to_conversation(existing)
         top = max([1.0, *(m.score for m in src)])
@@ -106,10 +113,47 @@ def load_state(
                            m.created_at)
         rows.append(row)
     # (into a new conversation no id can clash: a snapshot's ids are unique)
-    _insert_rows(conn, cid, rows, appending=existing is not None and not replace)
-    if existing is None or replace:
+    _insert_rows(conn, cid, rows, appending=not (created or replace))
+    if created or replace:
         write_state_summaries(conn, cid, state.summaries)
     return to_conversation(_ops.conversation_row(conn, cid))
+
+
+def create_conversation(conn: Connection, cid: str, values: dict[str, Any]) -> Row[Any] | None:
+    """Insert a new conversation row (``None``), or return the row another writer made.
+
+    The caller's ``SELECT ... FOR UPDATE`` found no row, which on PostgreSQL locks
+    nothing: an append or another load committing meanwhile makes this INSERT a unique
+    violation. It runs in a savepoint there, so the transaction survives the violation
+    and goes on with that row, locked, as if it had been there from the start (a load
+    into a conversation being created concurrently is not a conflict). SQLite's
+    ``BEGIN IMMEDIATE`` already keeps other writers out.
+
+    The row found after a violation can be gone by the time it is locked (a third
+    writer replaced the conversation: deleted and inserted it again), so this tries
+    again, a few times, before the violation propagates.
+    """
+    if conn.dialect.name != "postgresql":
+        conn.execute(q.insert_conversation(values))
+        return None
+    for attempt in range(_CREATE_ATTEMPTS):
+        try:
+            with conn.begin_nested():
+                conn.execute(q.insert_conversation(values))
+        except sa_exc.IntegrityError:
+            row = conn.execute(q.conversation(cid, for_update=True)).first()
+            if row is not None:
+                return row
+            if attempt == _CREATE_ATTEMPTS - 1:
+                raise
+            continue
+        return None
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+#: How many times :func:`create_conversation` inserts again when the row it collided
+#: with was replaced before it could lock it.
+_CREATE_ATTEMPTS = 8
 
 
 def first_seq_without_messages(summaries: Sequence[Summary]) -> int:
@@ -308,28 +352,32 @@ class Loader:
         #: Every message so far is stored at its own seq (summaries keep their meaning).
         self.aligned = True
         self.last_seq: int | None = None  # the last seq of the stream (not the stored one)
+        now = utcnow()
+        fresh = {
+            "id": cid,
+            "created_at": header.created_at if header is not None else now,
+            "updated_at": header.updated_at if header is not None else now,
+            "metadata": dict(header.metadata) if header is not None else {},
+            "first_seq": 1, "last_seq": 0, "token_count": 0, "max_score": 1.0,
+            "epoch": q.new_epoch(),
+        }
         existing = conn.execute(q.conversation(cid, for_update=True)).first()
+        if existing is None:
+            existing = create_conversation(conn, cid, fresh)
+            self.fresh = existing is None
+        else:
+            self.fresh = False
         if existing is not None and mode == "replace":
             conn.execute(q.delete_messages(cid))
             conn.execute(q.delete_summaries(cid))
             conn.execute(q.delete_conversation(cid))
-            existing = None
+            conn.execute(q.insert_conversation(fresh))
             self.replaced = True
-        self.fresh = existing is None
+            self.fresh = True
         self._next_seq: int | None = None
         self._first_seq = 1
         self._tokens = 0
         self._top = 1.0
-        if self.fresh:
-            now = utcnow()
-            conn.execute(q.insert_conversation({
-                "id": cid,
-                "created_at": header.created_at if header is not None else now,
-                "updated_at": header.updated_at if header is not None else now,
-                "metadata": dict(header.metadata) if header is not None else {},
-                "first_seq": 1, "last_seq": 0, "token_count": 0, "max_score": 1.0,
-                "epoch": q.new_epoch(),
-            }))
 
     def add(self, batch: Sequence[StoredMessage]) -> None:
         """Write one batch (at most :data:`memstore._ops.INSERT_CHUNK` messages is a good size)."""

@@ -71,3 +71,48 @@ def test_threads_in_two_processes_append_to_one_conversation(db_url: str) -> Non
     assert conv.message_count == total
     assert conv.token_count == sum(m.token_count for m in stored)
     store.close()
+
+
+def test_loads_into_a_conversation_being_created_concurrently_do_not_conflict(
+    db_url: str,
+) -> None:
+    """A load or import into a conversation that does not exist yet, while other writers
+    create it (appends, other loads): on PostgreSQL a SELECT ... FOR UPDATE of a missing
+    row locks nothing, and the load's INSERT of the conversation row was a unique
+    violation (a ConflictError, documented as not worth a retry). Every call succeeds."""
+    import io
+
+    from memstore import export_jsonl, import_jsonl
+
+    stores = [MemoryStore(db_url, counter=FixedCounter()) for _ in range(4)]
+    stores[0].extend("template", [Message.system("s", id="s"), Message.user("u", id="u")])
+    snapshot = stores[0].save_state("template")
+    buffer = io.StringIO()
+    export_jsonl(stores[0], buffer, ["template"])
+    exported = buffer.getvalue()
+    errors: list[BaseException] = []
+
+    def run(i: int, cid: str, barrier: threading.Barrier) -> None:
+        barrier.wait()
+        try:
+            if i == 0:
+                stores[i].load_state(snapshot, cid, replace=True)
+            elif i == 1:
+                stores[i].append(cid, Message.user("x"))
+            elif i == 2:
+                import_jsonl(stores[i], io.StringIO(exported), rename=cid, replace=True)
+            else:
+                stores[i].load_state(snapshot, cid, replace=True)
+        except BaseException as exc:
+            errors.append(exc)
+
+    for r in range(40):
+        barrier = threading.Barrier(4)
+        threads = [threading.Thread(target=run, args=(i, f"c{r}", barrier)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    for store in stores:
+        store.close()
+    assert errors == []
