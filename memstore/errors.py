@@ -224,6 +224,7 @@ def translate_db_errors() -> Iterator[None]:
 
     memstore's own errors pass through unchanged. Integrity violations become
     :class:`ConflictError`, lock/serialization failures :class:`DatabaseBusyError`,
+    a pool with no free connection past its timeout :class:`DatabaseBusyError` too,
     everything else from SQLAlchemy :class:`DatabaseError`.
     """
     try:
@@ -241,5 +242,10 @@ def translate_db_errors() -> Iterator[None]:
                 f"the database connection failed or was lost (retryable): {exc.orig}"
             ) from exc
         raise DatabaseError(f"database error: {exc.orig}") from exc
+    except sa_exc.TimeoutError as exc:  # no pooled connection came free in pool_timeout
+        raise DatabaseBusyError(
+            f"every connection of the store's pool stayed in use past its pool_timeout "
+            f"(retryable; raise pool_size= or max_overflow= for more concurrent calls): {exc}"
+        ) from exc
     except sa_exc.SQLAlchemyError as exc:
         raise DatabaseError(f"database error: {exc}") from exc

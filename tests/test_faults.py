@@ -318,3 +318,25 @@ def test_durability_default_is_full_and_validated(tmp_path: Any) -> None:
     store.close()
     with pytest.raises(ConfigurationError, match="durability"):
         MemoryStore("sqlite://", durability="fast")  # type: ignore[arg-type]
+
+
+def test_an_exhausted_pool_is_a_retryable_busy_error(db_url: str) -> None:
+    """Every pooled connection in use past pool_timeout: DatabaseBusyError (a
+    TransientError, worth a retry), not a plain DatabaseError."""
+    from memstore import MemoryStore, TransientError
+    from memstore.tokens import FixedCounter
+
+    if db_url.startswith("sqlite") and ":memory:" in db_url:
+        pytest.skip("an in-memory SQLite store has one shared connection")
+    store = MemoryStore(db_url, counter=FixedCounter(), pool_size=1, max_overflow=0,
+                        pool_timeout=0.2)
+    store.append("c", Message.user("hi"))
+    held = store.engine.connect()  # the pool's only connection
+    try:
+        with pytest.raises(DatabaseBusyError, match="pool_timeout") as info:
+            store.append("c", Message.user("again"))
+        assert isinstance(info.value, TransientError)
+    finally:
+        held.close()
+    assert store.append("c", Message.user("again")).seq == 2
+    store.close()
