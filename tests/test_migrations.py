@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import subprocess
@@ -26,10 +27,19 @@ from memstore.errors import (
     DatabaseError,
     InvalidInputError,
     SchemaOutOfDateError,
+    TokenizerUnavailableError,
 )
+from memstore.models import Message, StoredMessage, TextPart
 from memstore.schema import VERSION_TABLE, metadata
 from memstore.store import MemoryStore
-from memstore.tokens import FixedCounter
+from memstore.tokens import (
+    ApproxCounter,
+    FixedCounter,
+    TiktokenCounter,
+    TokenCounter,
+    counter_from_name,
+)
+from memstore.views import TokenLimitedView
 
 ROOT = Path(__file__).resolve().parent.parent
 MEMSTORE_TABLES = {"memstore_conversations", "memstore_messages", "memstore_summaries"}
@@ -259,8 +269,10 @@ def test_relative_revision_forms_walk_memstore_history(empty_db_url: str) -> Non
     migrate.upgrade(empty_db_url, "0001_initial")  # at or past the target: nothing to do
     assert migrate.current(empty_db_url) == (HEAD,)
     migrate.downgrade(empty_db_url, "-1")
-    assert migrate.current(empty_db_url) == ("0002_conversation_epoch",)
+    assert migrate.current(empty_db_url) == ("0003_summaries",)
     migrate.downgrade(empty_db_url, "head-3")
+    assert migrate.current(empty_db_url) == ("0001_initial",)
+    migrate.downgrade(empty_db_url, "head-4")
     assert migrate.current(empty_db_url) == ()
 
 
@@ -269,7 +281,7 @@ BAD_REVISIONS = [
     ("upgrade", "head-9", "before base"),
     ("upgrade", "head+1", "past head"),
     ("upgrade", "base-1", "before base"),  # Alembic resolves it to head
-    ("upgrade", "base+4", "past head"),
+    ("upgrade", "base+5", "past head"),
     ("upgrade", "0001_initial+5", "past head"),
     ("upgrade", "+5", "past head"),
     ("upgrade", "-1", "use downgrade"),
@@ -398,3 +410,370 @@ def test_sqlite_paths_that_cannot_be_a_database(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="PostgreSQL's"):
         migrate.create_partitioned(url)
     assert list(tmp_path.iterdir()) == []
+
+
+# ---- 0004_recount_changed_rules: counts stored by the two rules changed in place -------------
+
+RECOUNT = "0004_recount_changed_rules"
+TIKTOKEN = "tiktoken/cl100k_base"
+APPROX = "approx/4"
+#: A tiktoken name whose counter cannot be built here (the test empties tiktoken's cache).
+UNAVAILABLE = "tiktoken/p50k_base"
+#: 64 characters (the column's length), naming an encoding tiktoken does not know.
+UNKNOWN = "tiktoken/" + "x" * 55
+CITIES = ("Paris", "London", "Tokyo", "Berlin")
+REMOTE_IMAGE = "https://example.com/cat.png"
+
+
+def _calls(*cities: str, name: str = "get_weather") -> list[dict[str, Any]]:
+    return [{"id": f"call_{city.lower()}", "type": "function",
+             "function": {"name": name, "arguments": json.dumps({"city": city})}}
+            for city in cities]
+
+
+def _results(*cities: str) -> list[dict[str, Any]]:
+    return [{"role": "tool", "tool_call_id": f"call_{city.lower()}", "content": f"{city}: 21C"}
+            for city in cities]
+
+
+def _old_count(counter: TokenCounter, message: Message) -> int:
+    """The count the earlier rules stored for ``message`` under ``counter``'s name.
+
+    TiktokenCounter charged each of several tool calls as a single call; ApproxCounter
+    charged 85 per image part.
+    """
+    if isinstance(counter, TiktokenCounter) and message.tool_calls and \
+            len(message.tool_calls) >= 2:
+        bare = counter.count_message(message.model_copy(update={"tool_calls": None}))
+        return bare + sum(
+            counter.count_message(message.model_copy(update={"tool_calls": [call]})) - bare
+            for call in message.tool_calls)
+    if isinstance(counter, ApproxCounter) and isinstance(message.content, list):
+        texts = [part for part in message.content if isinstance(part, TextPart)]
+        images = len(message.content) - len(texts)
+        return counter.count_message(message.model_copy(update={"content": texts})) + 85 * images
+    return counter.count_message(message)
+
+
+def _snapshot(url: str) -> tuple[dict[tuple[str, int], tuple[int, str]],
+                                  dict[str, tuple[int, int]]]:
+    """``{(cid, seq): (token_count, token_counter)}`` and ``{cid: (token_count, epoch)}``."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            rows = {(cid, int(seq)): (int(n), name) for cid, seq, n, name in conn.execute(text(
+                "SELECT conversation_id, seq, token_count, token_counter FROM memstore_messages"))}
+            conversations = {cid: (int(n), int(epoch)) for cid, n, epoch in conn.execute(text(
+                "SELECT id, token_count, epoch FROM memstore_conversations"))}
+    finally:
+        engine.dispose()
+    return rows, conversations
+
+
+def _write_as_the_earlier_code(url: str) -> None:
+    """Conversations at revision 0003 holding the counts the earlier rules stored.
+
+    The current store writes the rows (the schema is the same), then the counts of the
+    rows the rules changed for are set back to what the earlier code computed, with the
+    conversations' totals, as that code left them. ``current`` keeps counts written by
+    the new rules; ``untouched`` holds only rows neither rule changed (some of which
+    SQLite's prefilter finds).
+    """
+    tiktoken, approx = TiktokenCounter(), ApproxCounter(4)
+    with MemoryStore(url, counter=tiktoken, migrate="off") as store:
+        store.extend("tools", [
+            {"role": "user", "content": "Weather in Paris, London, Tokyo and Berlin?"},
+            {"role": "assistant", "content": None, "tool_calls": _calls(*CITIES)},
+            *_results(*CITIES),
+            {"role": "assistant", "content": "Mild everywhere."},
+            {"role": "user", "content": "And Rome?"},
+            {"role": "assistant", "content": None, "tool_calls": _calls("Rome")},
+            *_results("Rome"),
+            {"role": "user", "content": "Oslo and Lima?"},
+            {"role": "assistant", "content": "Checking both.",
+             "tool_calls": _calls("Oslo", "Lima")},
+            *_results("Oslo", "Lima"),
+            {"role": "assistant", "content": "Cold and warm."},
+        ])
+        store.extend("stale", [
+            {"role": "user", "content": "Paris and London, then Rome?"},
+            {"role": "assistant", "content": None, "tool_calls": _calls("Paris", "London")},
+            *_results("Paris", "London"),
+            {"role": "assistant", "content": None, "tool_calls": _calls("Tokyo", "Berlin")},
+            *_results("Tokyo", "Berlin"),
+            {"role": "assistant", "content": None, "tool_calls": _calls("Rome")},
+            *_results("Rome"),
+        ])
+        store.extend("untouched", [
+            {"role": "user", "content": [
+                {"type": "text", "text": "A picture:"},
+                {"type": "image_url", "image_url": {"url": REMOTE_IMAGE}}]},
+            # one call whose name is "id": two '"id"' keys in its JSON, one call
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "id", "type": "function", "function": {"name": "id", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "id", "content": "7"},
+        ])
+        store.extend("current", [
+            {"role": "user", "content": "Paris and Tokyo?"},
+            {"role": "assistant", "content": None, "tool_calls": _calls("Paris", "Tokyo")},
+            *_results("Paris", "Tokyo"),
+        ])
+    with MemoryStore(url, counter=approx, migrate="off") as store:
+        store.extend("images", [
+            {"role": "user", "content": [
+                {"type": "text", "text": "What is in these pictures?"},
+                {"type": "image_url", "image_url": {"url": REMOTE_IMAGE}},
+                {"type": "image_url", "image_url": {"url": REMOTE_IMAGE, "detail": "low"}},
+                {"type": "image_url", "image_url": {"url": REMOTE_IMAGE, "detail": "high"}}]},
+            {"role": "assistant", "content": "Three cats."},
+            {"role": "user", "content": [{"type": "text", "text": "Is image_url a field?"}]},
+            {"role": "assistant", "content": "Yes."},
+        ])
+        store.extend("untouched", [
+            {"role": "user", "content": [{"type": "text", "text": "no image_url here"}]},
+            {"role": "assistant", "content": "Right."},
+        ])
+        store.append("current", {"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": REMOTE_IMAGE}}]})
+    with MemoryStore(url, counter=FixedCounter(), migrate="off") as store:
+        store.extend("untouched", [
+            {"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": REMOTE_IMAGE}}]},
+            {"role": "assistant", "content": None, "tool_calls": _calls("Paris", "Oslo")},
+            *_results("Paris", "Oslo"),
+        ])
+        old = {cid: store.messages(cid) for cid in ("tools", "stale", "images")}
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        for cid, messages in old.items():
+            for m in messages:
+                counter = counter_from_name(m.token_counter)
+                conn.execute(text("UPDATE memstore_messages SET token_count = :n "
+                                  "WHERE conversation_id = :c AND seq = :s"),
+                             {"n": _old_count(counter, m), "c": cid, "s": m.seq})
+        # counts stored under names whose counters this process cannot build
+        for seq, name in ((2, UNAVAILABLE), (5, UNKNOWN), (8, UNAVAILABLE)):
+            conn.execute(text("UPDATE memstore_messages SET token_counter = :name "
+                              "WHERE conversation_id = 'stale' AND seq = :s"),
+                         {"name": name, "s": seq})
+        conn.execute(text(
+            "UPDATE memstore_conversations SET token_count = (SELECT sum(m.token_count) "
+            "FROM memstore_messages m WHERE m.conversation_id = memstore_conversations.id)"))
+    engine.dispose()
+
+
+@pytest.fixture
+def no_tiktoken_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tiktoken's cache is empty: only the packaged cl100k_base can be loaded."""
+    empty = tmp_path / "tiktoken-cache"
+    empty.mkdir()
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(empty))
+    with pytest.raises(TokenizerUnavailableError):
+        counter_from_name(UNAVAILABLE)
+    with pytest.raises(ConfigurationError):
+        counter_from_name(UNKNOWN)
+
+
+def _check_recount(url: str) -> None:
+    """Write at 0003 as the earlier code did, upgrade, and check what 0004 changed."""
+    _write_as_the_earlier_code(url)
+    rows, conversations = _snapshot(url)
+    migrate.upgrade(url)
+    assert migrate.current(url) == (RECOUNT,) == migrate.heads()
+    after_rows, after_conversations = _snapshot(url)
+    assert after_rows.keys() == rows.keys()
+    changed = {key for key in rows if after_rows[key] != rows[key]}
+    assert changed == {("tools", 2), ("tools", 12), ("images", 1),
+                       ("stale", 2), ("stale", 5)}
+    tiktoken, approx = TiktokenCounter(), ApproxCounter(4)
+    with MemoryStore(url, counter=tiktoken, migrate="check") as store:
+        stored = {(cid, m.seq): m for cid in conversations for m in store.messages(cid)}
+    for key, counter in ((("tools", 2), tiktoken), (("tools", 12), tiktoken),
+                         (("images", 1), approx)):
+        m = stored[key]
+        assert m.token_counter == counter.name and m.token_count == counter.count_message(m)
+        assert m.token_count > rows[key][0]  # the earlier rules counted less
+    assert stored["tools", 2].token_count - rows["tools", 2][0] == 87 - 52  # four calls
+    assert stored["images", 1].token_count - rows["images", 1][0] == 2 * (1445 - 85)
+    # rows whose counter cannot be built: the count is kept, the name no counter has
+    assert after_rows["stale", 2] == (rows["stale", 2][0], "stale/" + UNAVAILABLE)
+    assert after_rows["stale", 5] == (rows["stale", 5][0], ("stale/" + UNKNOWN)[:64])
+    assert len(after_rows["stale", 5][1]) == 64
+    assert after_rows["stale", 8] == rows["stale", 8] == (rows["stale", 8][0], UNAVAILABLE)
+    # totals: the sum of the stored counts, moved by the changes; epochs replaced where
+    # a row changed, kept elsewhere
+    for cid, (total, epoch) in conversations.items():
+        new_total, new_epoch = after_conversations[cid]
+        assert new_total == sum(n for (c, _), (n, _) in after_rows.items() if c == cid)
+        assert new_total - total == sum(after_rows[key][0] - rows[key][0]
+                                        for key in changed if key[0] == cid)
+        touched = cid in {"tools", "images", "stale"}
+        assert (new_epoch != epoch) is touched, cid
+        assert new_epoch != 0
+    assert after_conversations["stale"][0] == conversations["stale"][0]
+    # a second run (after going down and up) finds nothing to change
+    migrate.downgrade(url, "-1")
+    migrate.upgrade(url)
+    assert _snapshot(url) == (after_rows, after_conversations)
+
+
+@pytest.mark.usefixtures("no_tiktoken_cache")
+def test_0004_recounts_rows_the_changed_rules_count(empty_db_url: str) -> None:
+    migrate.upgrade(empty_db_url, "0003_summaries")
+    _check_recount(empty_db_url)
+
+
+@pytest.mark.postgres
+@pytest.mark.usefixtures("no_tiktoken_cache")
+def test_0004_recounts_on_the_partitioned_layout(postgres: Any) -> None:
+    url: str = postgres.create_database("memstore_mig_part")
+    migrate.create_partitioned(url, 4)
+    _execute(url, f"UPDATE {VERSION_TABLE} SET version_num = '0003_summaries'")
+    _check_recount(url)
+
+
+def test_0004_windows_fit_their_budgets_after_the_upgrade(empty_db_url: str) -> None:
+    migrate.upgrade(empty_db_url, "0003_summaries")
+    _write_as_the_earlier_code(empty_db_url)
+    _, conversations = _snapshot(empty_db_url)
+    tiktoken, approx = TiktokenCounter(), ApproxCounter(4)
+    cases = [(tiktoken, "tools"), (approx, "images")]
+    # a store of the earlier code's day, whose row cache outlives the upgrade
+    stores = {counter.name: MemoryStore(empty_db_url, counter=counter, migrate="off")
+              for counter, _ in cases}
+    try:
+        views = {}
+        for counter, cid in cases:
+            # the whole conversation, as the stored counts have it
+            views[cid] = view = TokenLimitedView(conversations[cid][0] + counter.priming)
+            window = stores[counter.name].window(cid, view)
+            assert len(window.messages) == len(stores[counter.name].messages(cid))
+            assert window.token_count == view.token_limit
+            assert counter.count_messages(window.messages) > view.token_limit  # over budget
+        migrate.upgrade(empty_db_url)
+        fresh = {counter.name: MemoryStore(empty_db_url, counter=counter, migrate="check")
+                 for counter, _ in cases}
+        try:
+            for counter, cid in cases:
+                for store in (stores[counter.name], fresh[counter.name]):
+                    window = store.window(cid, views[cid])
+                    assert all(isinstance(m, StoredMessage) for m in window.messages)
+                    assert window.token_count == counter.count_messages(window.messages)
+                    assert window.token_count <= views[cid].token_limit
+                    assert len(window.messages) < len(store.messages(cid))
+        finally:
+            for store in fresh.values():
+                store.close()
+    finally:
+        for store in stores.values():
+            store.close()
+
+
+def test_0004_upgrade_with_nothing_to_recount_changes_nothing(empty_db_url: str) -> None:
+    migrate.upgrade(empty_db_url, "0003_summaries")
+    with MemoryStore(empty_db_url, counter=TiktokenCounter(), migrate="off") as store:
+        store.extend("c", [
+            {"role": "user", "content": "Paris and Tokyo?"},
+            {"role": "assistant", "content": None, "tool_calls": _calls("Paris", "Tokyo")},
+            *_results("Paris", "Tokyo"),
+        ])
+    before = _snapshot(empty_db_url)
+    migrate.upgrade(empty_db_url)
+    assert _snapshot(empty_db_url) == before
+
+
+def test_0004_offline_sql_marks_the_rows_stale(empty_db_url: str) -> None:
+    """``--sql`` cannot count: its script renames the rows and replaces their epochs."""
+    migrate.upgrade(empty_db_url, "0003_summaries")
+    _write_as_the_earlier_code(empty_db_url)
+    rows, conversations = _snapshot(empty_db_url)
+    script = migrate.upgrade(empty_db_url, f"0003_summaries:{RECOUNT}", sql=True) or ""
+    assert "stale/" in script and "epoch" in script
+    statements = [s.strip() for s in script.split(";\n")]
+    engine = create_engine(empty_db_url)
+    with engine.begin() as conn:
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        for statement in statements:
+            lines = [ln for ln in statement.splitlines() if not ln.startswith("--")]
+            body = "\n".join(lines).strip()
+            if body and body not in ("BEGIN", "COMMIT"):
+                cursor.execute(body)
+    engine.dispose()
+    assert migrate.current(empty_db_url) == (RECOUNT,)
+    after_rows, after_conversations = _snapshot(empty_db_url)
+    stale = {key for key in rows if after_rows[key] != rows[key]}
+    # exact on PostgreSQL; SQLite's LIKE prefilter also takes the single call named "id"
+    # and the text part mentioning image_url (harmless: they are counted on the fly)
+    expected = {("tools", 2), ("tools", 12), ("images", 1), ("stale", 2), ("stale", 5),
+                ("current", 2), ("current", 5)}
+    if empty_db_url.startswith("sqlite"):
+        expected |= {("untouched", 2), ("images", 3), ("untouched", 4)}
+    assert {(cid, seq) for cid, seq in stale} == expected
+    for key in stale:
+        count, name = after_rows[key]
+        assert count == rows[key][0] and name == ("stale/" + rows[key][1])[:64]
+    for cid, (total, epoch) in conversations.items():
+        assert after_conversations[cid][0] == total
+        assert (after_conversations[cid][1] != epoch) is (cid in {k[0] for k in stale})
+
+
+@pytest.mark.postgres
+@pytest.mark.usefixtures("no_tiktoken_cache")
+def test_0004_reads_again_a_conversation_changed_while_it_runs(postgres: Any) -> None:
+    """A writer holding a conversation (as the store holds one to change its rows) makes
+    the migration wait; the rows it changed, with a new epoch, are read again."""
+    import threading
+    import time
+
+    url: str = postgres.create_database("memstore_mig_race")
+    migrate.upgrade(url, "0003_summaries")
+    _write_as_the_earlier_code(url)
+    tiktoken = TiktokenCounter()
+    calls = _calls("Paris", "London", "Tokyo")  # seq 2 loses a call, as a rewrite would
+    engine = create_engine(url)
+    errors: list[BaseException] = []
+    try:
+        with engine.connect() as writer:
+            writer.execute(text("SELECT id FROM memstore_conversations WHERE id = 'tools' "
+                                "FOR UPDATE"))
+
+            def upgrade() -> None:
+                try:
+                    migrate.upgrade(url)
+                except BaseException as exc:  # pragma: no cover - reported below
+                    errors.append(exc)
+
+            thread = threading.Thread(target=upgrade)
+            thread.start()
+            deadline = time.monotonic() + 30
+            with engine.connect() as probe:
+                while not probe.execute(text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                        " AND wait_event_type = 'Lock'")).scalar():
+                    assert time.monotonic() < deadline and thread.is_alive()
+                    time.sleep(0.02)
+                    probe.rollback()
+            writer.execute(text(
+                "UPDATE memstore_messages SET tool_calls = CAST(:calls AS jsonb), "
+                "token_count = 1 WHERE conversation_id = 'tools' AND seq = 2"),
+                {"calls": json.dumps([{"id": c["id"], "name": c["function"]["name"],
+                                       "arguments": c["function"]["arguments"]}
+                                      for c in calls])})
+            writer.execute(text(
+                "UPDATE memstore_conversations SET epoch = 12345, token_count = (SELECT "
+                "sum(token_count) FROM memstore_messages WHERE conversation_id = 'tools') "
+                "WHERE id = 'tools'"))
+            writer.commit()
+        thread.join(60)
+        assert not thread.is_alive() and not errors
+        assert migrate.current(url) == (RECOUNT,)
+        rows, conversations = _snapshot(url)
+        with MemoryStore(url, counter=tiktoken, migrate="check") as store:
+            tools = {m.seq: m for m in store.messages("tools")}
+        assert len(tools[2].tool_calls or ()) == 3
+        for seq in (2, 12):  # read again under the lock, and the one row not changed
+            assert rows["tools", seq] == (tiktoken.count_message(tools[seq]), TIKTOKEN)
+        assert conversations["tools"][0] == sum(m.token_count for m in tools.values())
+        assert conversations["tools"][1] not in (12345, 0)
+    finally:
+        engine.dispose()
