@@ -9,6 +9,7 @@ selection in :mod:`memstore.views`) is written once, here and there.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import inspect
 import math
@@ -600,8 +601,33 @@ class RewriteCall:
     counter: TokenCounter
 
     def __call__(self, messages: list[StoredMessage]) -> list[_rewrite.Replacement]:
-        result = self.fn(list(messages))
+        token = _IN_REWRITE.set(True)
+        try:
+            result = self.fn(list(messages))
+        finally:
+            _IN_REWRITE.reset(token)
         return replacements(result, messages, self.counter)
+
+
+#: True while a rewrite's ``fn`` runs (in its thread or task context).
+_IN_REWRITE: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "memstore_in_rewrite", default=False)
+
+
+def refuse_inside_rewrite() -> None:
+    """Refuse a store call made from inside a rewrite's ``fn`` (it would wait for itself).
+
+    ``fn`` runs while the rewrite holds the conversation's lock (on SQLite, the
+    database's write lock), so a write there would wait for the rewrite that waits for
+    ``fn``: forever on PostgreSQL, ``busy_timeout`` on SQLite.
+    """
+    if _IN_REWRITE.get():
+        raise InvalidInputError(
+            "a memstore store was called from inside rewrite's fn: fn runs while the "
+            "rewrite holds the conversation's lock, so the call would wait for the rewrite "
+            "itself; build the replacement from the messages fn receives, and call the "
+            "store after rewrite returns"
+        )
 
 
 def refuse_awaitable(result: object, message: str) -> None:

@@ -144,6 +144,7 @@ class AsyncMemoryStore:
             self._ready = True
 
     async def _execute(self, plan: Plan) -> Any:
+        _base.refuse_inside_rewrite()
         await self.setup()
         prepared = None
         if plan.prepare is not None:

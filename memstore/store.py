@@ -132,6 +132,7 @@ class MemoryStore:
         return self._plan.cache_info()
 
     def _execute(self, plan: Plan) -> Any:
+        _base.refuse_inside_rewrite()
         prepared = plan.prepare() if plan.prepare is not None else None
         try:
             with translate_db_errors(), self._engine.connect() as conn:
@@ -323,7 +324,8 @@ class MemoryStore:
         leaves cached rows valid).
 
         ``fn`` runs inside the transaction, holding the conversation's write lock (on
-        SQLite, the database's): keep it quick, and never call the store from it. It
+        SQLite, the database's): keep it quick. A store call from inside it would wait
+        for the rewrite itself, so it is refused with ``InvalidInputError``. It
         must be a plain function (on :class:`~memstore.AsyncMemoryStore` too, where it
         runs in a worker thread). If it raises, the exception propagates and nothing is
         written.

@@ -25,6 +25,7 @@ from memstore import (
     UnboundedView,
 )
 from memstore.aio import AsyncMemoryStore
+from memstore.tokens import FixedCounter
 from tests.helpers import call
 
 
@@ -479,3 +480,26 @@ async def test_concurrent_rewrites_and_appends_on_one_store(store: Any) -> None:
     stored = await assert_consistent(store, "shared")
     assert sorted(m.text for m in stored) == sorted(["start", *(m.text for m in appends)])
     assert sum(int(m.metadata.get("n", 0)) for m in stored) == 30
+
+
+async def test_a_store_called_from_inside_fn_is_refused(store: Any, db_url: str) -> None:
+    """fn runs while the rewrite holds the conversation's lock: a store call from it
+    would wait for the rewrite itself (forever on PostgreSQL). It is refused at once, and
+    the rewrite writes nothing."""
+    await seed(store)
+    before = await snapshot(store)
+    # lock_timeout bounds the wait on PostgreSQL should the refusal ever regress
+    options = ({"connect_args": {"options": "-c lock_timeout=5000"}}
+               if db_url.startswith("postgresql") else {"busy_timeout": 5})
+    other = MemoryStore(db_url, counter=FixedCounter(), **options)
+
+    def reentrant(ms: list[StoredMessage]) -> list[Any]:
+        other.append("c", Message.user("from inside"))
+        return ms
+
+    with pytest.raises(InvalidInputError, match="inside rewrite's fn"):
+        await call(store.rewrite("c", reentrant))
+    other.close()
+    assert await snapshot(store) == before
+    # outside fn the same store works as usual
+    assert (await call(store.append("c", Message.user("after")))).seq == len(before[0]) + 1
