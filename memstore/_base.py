@@ -37,6 +37,8 @@ from memstore._validate import (
     check_json_size,
     check_size,
     check_token_count,
+    is_async_callable,
+    refuse_awaitable,
     short_repr,
     text_problem,
     utf8_size,
@@ -553,7 +555,7 @@ class Planner:
         cid = check_conversation_id(conversation_id)
         if not callable(fn):
             raise InvalidInputError(f"rewrite's fn must be callable, got {short_repr(fn)}")
-        if is_async_callable(fn):
+        if is_async_callable(fn) or inspect.isasyncgenfunction(fn):
             raise InvalidInputError(
                 "rewrite's fn must be a plain (synchronous) function: it runs inside the "
                 "write transaction, on AsyncMemoryStore too (got a coroutine function)"
@@ -581,12 +583,6 @@ class Planner:
             check_counter_name(counter)
         return summarize_steps(cid, summarizer, keep, counter if counter is not None
                                else self.counter)
-
-
-def is_async_callable(fn: Any) -> bool:
-    """Whether calling ``fn`` makes a coroutine (an ``async def`` function or ``__call__``)."""
-    return (inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)
-            or inspect.iscoroutinefunction(type(fn).__call__))
 
 
 @dataclass(frozen=True)
@@ -630,17 +626,6 @@ def refuse_inside_rewrite() -> None:
         )
 
 
-def refuse_awaitable(result: object, message: str) -> None:
-    """Raise InvalidInputError(``message``) when ``result`` is an awaitable.
-
-    A coroutine is closed first, so Python does not also warn that it was never awaited.
-    """
-    if inspect.isawaitable(result):
-        if inspect.iscoroutine(result):
-            result.close()
-        raise InvalidInputError(message)
-
-
 def replacements(result: Any, read: list[StoredMessage],
                  counter: TokenCounter) -> list[_rewrite.Replacement]:
     """Check a rewrite function's result and make it storable.
@@ -660,8 +645,9 @@ def replacements(result: Any, read: list[StoredMessage],
         pydantic.ValidationError: a message that is not valid (one changed with
             ``model_copy(update=...)`` is validated again, as ``extend`` validates).
     """
-    refuse_awaitable(result, "rewrite's fn returned an awaitable: fn must be a plain "
-                     "(synchronous) function returning the replacement messages")
+    refuse_awaitable(result, InvalidInputError(
+        "rewrite's fn returned an awaitable: fn must be a plain (synchronous) function "
+        "returning the replacement messages"))
     if isinstance(result, (str, bytes, Mapping, Message)) or not isinstance(result, Iterable):
         raise InvalidInputError(
             "rewrite's fn must return a list of Message or StoredMessage (the replacement), "
@@ -723,16 +709,15 @@ class SummarizerCall:
     def call_sync(self) -> Any:
         """Call a synchronous summarizer (an async one is refused)."""
         result = self.summarizer(self.messages)
-        refuse_awaitable(result, "the summarizer returned an awaitable: use "
-                         "AsyncMemoryStore.summarize for an async summarizer")
+        refuse_awaitable(result, InvalidInputError(
+            "the summarizer returned an awaitable: use AsyncMemoryStore.summarize for an "
+            "async summarizer"))
         return result
 
     async def call_async(self) -> Any:
         """Await an async summarizer; run a sync one in a worker thread."""
         fn = self.summarizer
-        if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-            type(fn).__call__
-        ):
+        if is_async_callable(fn):
             return await fn(self.messages)
         result = await asyncio.to_thread(fn, self.messages)
         if inspect.isawaitable(result):

@@ -32,6 +32,7 @@ is checked by :func:`check_token_count`, which raises that error itself.
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 from collections.abc import Mapping
@@ -54,8 +55,10 @@ __all__ = [
     "check_size",
     "check_text",
     "check_token_count",
+    "is_async_callable",
     "json_size",
     "json_size_bound",
+    "refuse_awaitable",
     "short_repr",
     "text_problem",
     "utf8_size",
@@ -320,3 +323,21 @@ def check_counter_name(counter: Any) -> str:
     if problem is not None:
         raise ConfigurationError(f"token counter name {name!r} {problem}")
     return name
+
+
+def is_async_callable(fn: object) -> bool:
+    """Whether calling ``fn`` makes a coroutine (an ``async def`` function or ``__call__``)."""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - an async __call__ method
+    )
+
+
+def refuse_awaitable(result: object, error: Exception) -> None:
+    """Raise ``error`` when ``result`` is an awaitable (a sync caller got an async result).
+
+    A coroutine is closed first, so Python does not also warn that it was never awaited.
+    """
+    if inspect.isawaitable(result):
+        if inspect.iscoroutine(result):
+            result.close()
+        raise error

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from memstore._validate import is_async_callable, refuse_awaitable
 from memstore.errors import ConfigurationError, ContextBudgetError
 from memstore.models import ANCHOR_ROLES, Message
 from memstore.tokens import TokenCounter, message_tokens
@@ -396,25 +397,15 @@ class Summarize(Strategy):
         return out
 
 
-def _is_async_callable(fn: object) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)  # noqa: B004 - an async __call__ method
-    )
-
-
 def _call_summarizer_sync(fn: Summarizer, messages: list[Message], block_id: str) -> object:
-    if _is_async_callable(fn):
+    if is_async_callable(fn):
         raise ConfigurationError(
             f"block {block_id!r} has an async summarizer; use `await builder.acompile()`"
         )
     result = fn(messages)
-    if inspect.isawaitable(result):
-        if inspect.iscoroutine(result):
-            result.close()
-        raise ConfigurationError(
-            f"block {block_id!r}'s summarizer returned an awaitable; use "
-            "`await builder.acompile()`"
-        )
+    refuse_awaitable(result, ConfigurationError(
+        f"block {block_id!r}'s summarizer returned an awaitable; use "
+        "`await builder.acompile()`"))
     return result
 
 
