@@ -261,44 +261,41 @@ def read_history_sync(store: MemoryStore, conversation_id: str,
                       view: ContextView) -> list[StoredMessage | Message]:
     """The window of ``view`` plus the turn in progress; ``[]`` for an unknown conversation.
 
+    :func:`read_history` run without an event loop: a MemoryStore's reads never
+    suspend, so its coroutine finishes at the first step.
+
     Raises:
         ContextBudgetError: a budgeted view cannot fit the anchored messages, the
             newest unit and the turn in progress.
     """
-    steps = _history_steps(view, view.resolve_counter(store.counter))
+    coroutine = read_history(store, conversation_id, view)
     try:
-        request = next(steps)
-        while True:
-            try:
-                if isinstance(request, int):
-                    got: Any = store.messages(conversation_id, limit=request, newest_first=True)
-                else:
-                    got = store.window(conversation_id, request).messages
-            except ConversationNotFoundError:
-                return []
-            except ContextBudgetError as exc:
-                request = steps.throw(exc)
-                continue
-            request = steps.send(got)
+        coroutine.send(None)
     except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+        return cast(list[StoredMessage | Message], done.value)
+    coroutine.close()
+    raise AssertionError("a MemoryStore read suspended")  # pragma: no cover
+
+
+async def _read(store: AnyStore, conversation_id: str,
+                request: _Request) -> Sequence[StoredMessage | Message]:
+    """One read :func:`_history_steps` asks for (a MemoryStore's returns without suspending)."""
+    if isinstance(request, int):
+        newest = store.messages(conversation_id, limit=request, newest_first=True)
+        return await newest if inspect.isawaitable(newest) else newest
+    window = store.window(conversation_id, request)
+    return (await window if inspect.isawaitable(window) else window).messages
 
 
 async def read_history(store: AnyStore, conversation_id: str,
                        view: ContextView) -> list[StoredMessage | Message]:
     """:func:`read_history_sync` for either store (awaits an AsyncMemoryStore)."""
-    if isinstance(store, MemoryStore):
-        return read_history_sync(store, conversation_id, view)
     steps = _history_steps(view, view.resolve_counter(store.counter))
     try:
         request = next(steps)
         while True:
             try:
-                if isinstance(request, int):
-                    got: Any = await store.messages(conversation_id, limit=request,
-                                                    newest_first=True)
-                else:
-                    got = (await store.window(conversation_id, request)).messages
+                got = await _read(store, conversation_id, request)
             except ConversationNotFoundError:
                 return []
             except ContextBudgetError as exc:
