@@ -34,6 +34,7 @@ from memstore._rows import (
     to_summary,
     utcnow,
 )
+from memstore._validate import conversation_full
 from memstore._window import SQLHistory
 from memstore.errors import (
     ConflictError,
@@ -209,10 +210,7 @@ def allocated(last: Any, cid: str, count: int) -> int:
         ConflictError: no row was returned.
     """
     if last is None:
-        raise ConflictError(
-            f"conversation {cid!r} is full: {count} more message(s) would take its seqs past "
-            "2**62, the largest seq memstore stores"
-        )
+        raise conversation_full(cid, f"{count} more message(s)")
     return int(last)
 
 

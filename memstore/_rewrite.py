@@ -34,7 +34,7 @@ from sqlalchemy import Connection
 from sqlalchemy.util import await_only
 
 from memstore._rows import Prepared, message_row, new_message_ids
-from memstore._validate import MAX_SEQ
+from memstore._validate import MAX_SEQ, conversation_full
 from memstore.errors import ConflictError
 from memstore.models import Message, StoredMessage
 
@@ -127,10 +127,7 @@ def compare(new: Sequence[Replacement], old: Sequence[StoredMessage]) -> Diff:
 def check_room(cid: str, start: int, count: int) -> None:
     """Refuse a replacement whose seqs would pass :data:`MAX_SEQ` (ConflictError)."""
     if start + count - 1 > MAX_SEQ:
-        raise ConflictError(
-            f"conversation {cid!r} is full: the rewrite would take its seqs past 2**62, "
-            "the largest seq memstore stores"
-        )
+        raise conversation_full(cid, "the rewrite")
 
 
 def taken_id(cid: str, start: int, found: dict[str, StoredMessage]) -> ConflictError | None:

@@ -38,7 +38,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from memstore.errors import ConfigurationError, InvalidInputError
+from memstore.errors import ConfigurationError, ConflictError, InvalidInputError
 
 __all__ = [
     "MAX_COUNTER_NAME_LENGTH",
@@ -55,6 +55,7 @@ __all__ = [
     "check_size",
     "check_text",
     "check_token_count",
+    "conversation_full",
     "is_async_callable",
     "json_size",
     "json_size_bound",
@@ -341,3 +342,11 @@ def refuse_awaitable(result: object, error: Exception) -> None:
         if inspect.iscoroutine(result):
             result.close()
         raise error
+
+
+def conversation_full(cid: str, what: str) -> ConflictError:
+    """The error of a write whose seqs would pass :data:`MAX_SEQ` (``what`` would)."""
+    return ConflictError(
+        f"conversation {cid!r} is full: {what} would take its seqs past 2**62, the largest "
+        "seq memstore stores"
+    )

@@ -589,6 +589,7 @@ async def test_a_full_conversation_refuses_every_write_that_allocates_and_writes
         lambda: store.append("full", Message.user("y", id="client-1")),
         lambda: store.extend("full", [Message.user("y"), Message.assistant("z")]),
         lambda: store.load_state(snapshot, "full", replace=False),
+        lambda: store.rewrite("full", lambda ms: [*ms, Message.user("y")], newest=1),
     )
     for write in writes:
         with pytest.raises(ConflictError, match="'full' is full"):
