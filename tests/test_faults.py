@@ -326,8 +326,6 @@ def test_an_exhausted_pool_is_a_retryable_busy_error(db_url: str) -> None:
     from memstore import MemoryStore, TransientError
     from memstore.tokens import FixedCounter
 
-    if db_url.startswith("sqlite") and ":memory:" in db_url:
-        pytest.skip("an in-memory SQLite store has one shared connection")
     store = MemoryStore(db_url, counter=FixedCounter(), pool_size=1, max_overflow=0,
                         pool_timeout=0.2)
     store.append("c", Message.user("hi"))
