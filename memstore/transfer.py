@@ -387,6 +387,11 @@ def _check_summary(
         raise ImportFormatError(line_no, f"{problem}: its range is not in the imported messages")
 
 
+#: What an import error says about ``rename`` (the CLI names its ``--as`` flag instead).
+RENAME_HINT = "pass rename= to import bare message lines into one conversation"
+RENAME_ONE = "rename imports one conversation, and the file holds more"
+
+
 def import_jsonl(
     store: MemoryStore,
     fp: TextIO,
@@ -455,13 +460,10 @@ def import_jsonl(
                 header, expected = _header(line_no, line)
             elif target is None:
                 raise ImportFormatError(
-                    line_no, "a message line before any conversation header "
-                    "(pass rename= to import bare message lines into one conversation)"
+                    line_no, f"a message line before any conversation header ({RENAME_HINT})"
                 )
             if target is not None and done:
-                raise ImportFormatError(
-                    line_no, "rename imports one conversation, and the file holds more"
-                )
+                raise ImportFormatError(line_no, RENAME_ONE)
             done.append(_import_one(store, lines, line_no, header, expected, target,
                                     replace, progress))
     except MemstoreError as exc:

@@ -474,8 +474,9 @@ def import_(args: argparse.Namespace) -> int:
                 line = getattr(exc, "line", None)
                 where = f"{name}:{line}" if line else name
                 text = validation_summary(exc) if isinstance(exc, ValidationError) else str(exc)
-                for python, flag in _IMPORT_ARGUMENTS:  # the library's words, the CLI's flags
-                    text = text.replace(python, flag)
+                # the library's words for its argument, the CLI's for its flag
+                text = text.replace(transfer.RENAME_HINT, _AS_HINT).replace(
+                    transfer.RENAME_ONE, _AS_ONE)
                 raise FileFormatError(f"{where}: {text.removeprefix(f'line {line}: ')}"
                                       ) from exc
     finally:
@@ -488,10 +489,10 @@ def import_(args: argparse.Namespace) -> int:
     return 0
 
 
-#: Python arguments named by :func:`memstore.transfer.import_jsonl`'s errors, and the
-#: ``memstore import`` flag that sets each.
-_IMPORT_ARGUMENTS = (("pass rename= to import", "pass --as CONV to import"),
-                     ("rename imports one conversation", "--as imports one conversation"))
+#: :data:`memstore.transfer.RENAME_HINT` and ``RENAME_ONE`` said of ``memstore import``'s
+#: flag that sets ``rename``.
+_AS_HINT = "pass --as CONV to import bare message lines into one conversation"
+_AS_ONE = "--as imports one conversation, and the file holds more"
 
 
 def _print_imported(c: Any) -> None:
