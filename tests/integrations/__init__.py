@@ -14,6 +14,9 @@ from types import ModuleType
 
 import pytest
 
+from memstore import ScoreBasedView, SummaryView, TokenLimitedView
+from memstore.tokens import FixedCounter
+
 
 def require(module: str) -> ModuleType:
     """Import ``module``; skip the calling test module without it (fail under ``CI=true``)."""
@@ -79,3 +82,16 @@ def assert_constructor_refuses_what_the_store_would(
         adapter("c", object())
     with pytest.raises(ConfigurationError, match="view"):
         adapter("c", store, view="all")
+
+
+#: Budgeted views whose history must leave room for the turn in progress (the LangChain
+#: and autogen adapters charge it to the budget).
+BUDGETED_VIEWS = [
+    TokenLimitedView(token_limit=100, reserve=10),
+    TokenLimitedView(token_limit=100, reserve=10, start_on_user=True),
+    ScoreBasedView(token_limit=100, reserve=10),
+    SummaryView(token_limit=100, reserve=10),
+    # the view's own counter, not the store's, counts the window and the turn in progress
+    TokenLimitedView(token_limit=100, reserve=10,
+                     counter=FixedCounter(per_message=5, per_word=2, priming=1)),
+]

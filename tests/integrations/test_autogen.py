@@ -14,17 +14,15 @@ from sqlalchemy.engine import make_url
 
 from memstore import (
     ContextBudgetError,
-    FixedCounter,
     InvalidInputError,
     Message,
-    ScoreBasedView,
-    SummaryView,
     TokenLimitedView,
     ToolCall,
     UnboundedView,
 )
 from tests.helpers import call
 from tests.integrations import (
+    BUDGETED_VIEWS,
     assert_constructor_refuses_what_the_store_would,
     assert_openai_history_valid,
     close_store,
@@ -203,17 +201,6 @@ def result(call_id: str, text: str) -> FunctionExecutionResultMessage:
 
 def stored_form(messages: list[Any]) -> list[Message]:
     return [m for message in messages for m in to_memstore(message)]
-
-
-BUDGETED_VIEWS = [
-    TokenLimitedView(token_limit=100, reserve=10),
-    TokenLimitedView(token_limit=100, reserve=10, start_on_user=True),
-    ScoreBasedView(token_limit=100, reserve=10),
-    SummaryView(token_limit=100, reserve=10),
-    # the view's own counter, not the store's, counts the window and the turn in progress
-    TokenLimitedView(token_limit=100, reserve=10,
-                     counter=FixedCounter(per_message=5, per_word=2, priming=1)),
-]
 
 
 @pytest.mark.parametrize("view", BUDGETED_VIEWS, ids=lambda v: type(v).__name__)

@@ -15,14 +15,11 @@ from pydantic import ValidationError
 from memstore import (
     ConfigurationError,
     ContextBudgetError,
-    FixedCounter,
     ImagePart,
     ImageURL,
     InvalidInputError,
     MemoryStore,
     Message,
-    ScoreBasedView,
-    SummaryView,
     TextPart,
     TiktokenCounter,
     TokenLimitedView,
@@ -31,6 +28,7 @@ from memstore import (
 )
 from tests.helpers import call
 from tests.integrations import (
+    BUDGETED_VIEWS,
     assert_constructor_refuses_what_the_store_would,
     assert_openai_history_valid,
     close_store,
@@ -214,17 +212,6 @@ async def test_turn_in_progress(store: Any) -> None:
 
 def words(n: int, word: str = "rain") -> str:
     return " ".join([word] * n)
-
-
-BUDGETED_VIEWS = [
-    TokenLimitedView(token_limit=100, reserve=10),
-    TokenLimitedView(token_limit=100, reserve=10, start_on_user=True),
-    ScoreBasedView(token_limit=100, reserve=10),
-    SummaryView(token_limit=100, reserve=10),
-    # the view's own counter, not the store's, counts the window and the turn in progress
-    TokenLimitedView(token_limit=100, reserve=10,
-                     counter=FixedCounter(per_message=5, per_word=2, priming=1)),
-]
 
 
 @pytest.mark.parametrize("view", BUDGETED_VIEWS, ids=lambda v: type(v).__name__)
