@@ -22,13 +22,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Literal, TextIO
+from typing import TYPE_CHECKING, Literal, TextIO
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, column, inspect, select, table, text
 
 from memstore._engine import make_engine, sync_url, write_options
 from memstore.errors import (
@@ -40,6 +36,10 @@ from memstore.errors import (
     translate_db_errors,
 )
 from memstore.schema import VERSION_TABLE
+
+if TYPE_CHECKING:  # Alembic is imported when a migration runs, not to open a store
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
 
 __all__ = [
     "check",
@@ -59,6 +59,17 @@ Bind = Engine | Connection | str
 _PG_LOCK_KEY = 0x6D656D73  # "mems"
 
 UPGRADE_HINT = "memstore db upgrade --url <database url>"
+
+#: memstore's revisions, oldest first: the one line from base to head that its scripts in
+#: ``migrations/versions`` form (a test holds the two equal, and every migration checks the
+#: scripts against it). Opening a store compares the database's revision with this list,
+#: so it needs neither Alembic nor the scripts: Alembic is imported only to migrate.
+REVISIONS: tuple[str, ...] = (
+    "0001_initial",
+    "0002_conversation_epoch",
+    "0003_summaries",
+    "0004_recount_changed_rules",
+)
 
 
 def script_location() -> str:
@@ -80,6 +91,9 @@ def script_location() -> str:
 
 
 def _config(connection: Connection | None = None, *, output: TextIO | None = None) -> Config:
+    from alembic.config import Config
+
+    _scripts()  # the scripts a migration runs must be the line memstore knows
     cfg = Config(output_buffer=output) if output is not None else Config()
     cfg.set_main_option("script_location", script_location())
     cfg.set_main_option("version_table", VERSION_TABLE)
@@ -88,34 +102,47 @@ def _config(connection: Connection | None = None, *, output: TextIO | None = Non
     return cfg
 
 
+_SCRIPTS: ScriptDirectory | None = None
+
+
+def _scripts() -> ScriptDirectory:
+    """The Alembic scripts, checked once to form the line :data:`REVISIONS`."""
+    global _SCRIPTS
+    if _SCRIPTS is None:
+        from alembic.config import Config
+        from alembic.script import ScriptDirectory
+
+        cfg = Config()
+        cfg.set_main_option("script_location", script_location())
+        script = ScriptDirectory.from_config(cfg)
+        oldest_first = list(reversed(list(script.walk_revisions())))
+        chain = tuple(s.revision for s in oldest_first)
+        downs = tuple(s.down_revision for s in oldest_first)
+        if chain != REVISIONS or downs != (None, *chain[:-1]):
+            raise ConfigurationError(
+                "memstore's migration scripts do not form the line of revisions this "
+                f"memstore knows ({', '.join(REVISIONS)}); reinstall memstore"
+            )
+        _SCRIPTS = script
+    return _SCRIPTS
+
+
 def heads() -> tuple[str, ...]:
     """The head revision(s) of memstore's migration scripts (exactly one)."""
-    return tuple(ScriptDirectory.from_config(_config()).get_heads())
-
-
-_CHAIN: tuple[str, ...] | None = None
+    return REVISIONS[-1:]
 
 
 def _chain() -> tuple[str, ...]:
     """The ids of memstore's revisions, oldest first (its history is one line from base)."""
-    global _CHAIN
-    if _CHAIN is None:
-        script = ScriptDirectory.from_config(_config())
-        newest_first = list(script.walk_revisions())
-        chain = tuple(s.revision for s in reversed(newest_first))
-        downs = tuple(s.down_revision for s in reversed(newest_first))
-        if downs != (None, *chain[:-1]):
-            raise ConfigurationError(
-                "memstore's migration scripts do not form one line from base to head "
-                "(reinstall memstore)"
-            )
-        _CHAIN = chain
-    return _CHAIN
+    return REVISIONS
 
 
 def known_revisions() -> frozenset[str]:
     """Every revision id of memstore's migration scripts."""
-    return frozenset(_chain())
+    return _KNOWN
+
+
+_KNOWN = frozenset(REVISIONS)
 
 
 def refuse_newer(at: tuple[str, ...]) -> None:
@@ -358,9 +385,18 @@ def current(bind: Bind) -> tuple[str, ...]:
         return _current(conn)
 
 
+_VERSION_NUM = table(VERSION_TABLE, column("version_num")).c.version_num
+
+
 def _current(conn: Connection) -> tuple[str, ...]:
-    ctx = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
-    return tuple(ctx.get_current_heads())
+    """The revision(s) in memstore's version table (none when it does not exist).
+
+    What Alembic's ``MigrationContext.get_current_heads`` reads, without importing
+    Alembic: opening a store runs this.
+    """
+    if not inspect(conn).has_table(VERSION_TABLE):
+        return ()
+    return tuple(conn.execute(select(_VERSION_NUM)).scalars())
 
 
 def _position_at(conn: Connection) -> int:
@@ -418,6 +454,8 @@ def upgrade_connection(conn: Connection, revision: str = "head") -> None:
     at = _position_at(conn)
     position = target.resolve(at)
     if position > at:  # an upgrade never moves down: at or past the target, nothing to do
+        from alembic import command
+
         command.upgrade(_config(conn), _name(position))
 
 
@@ -480,6 +518,8 @@ def downgrade(
         at = _position_at(conn)
         position = target.resolve(at)
         if position < at:
+            from alembic import command
+
             command.downgrade(_config(conn), _name(position))
     return None
 
@@ -495,6 +535,8 @@ def _offline(bind: Bind, revision: str, direction: str, output: TextIO | None) -
     cfg = _config(output=buffer)
     cfg.set_main_option("sqlalchemy.url", url.render_as_string(hide_password=False).replace(
         "%", "%%"))
+    from alembic import command
+
     getattr(command, direction)(cfg, revision, sql=True)
     return buffer.getvalue() if output is None and isinstance(buffer, io.StringIO) else None
 

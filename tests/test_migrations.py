@@ -81,6 +81,25 @@ def test_exactly_one_head() -> None:
     assert revisions[-1].down_revision is None
 
 
+def test_the_known_line_of_revisions_is_the_scripts_line() -> None:
+    # Opening a store checks the database's revision against migrate.REVISIONS without
+    # reading the scripts: a new revision must be added there too.
+    script = ScriptDirectory(migrate.script_location())
+    oldest_first = list(reversed(list(script.walk_revisions())))
+    assert migrate.REVISIONS == tuple(s.revision for s in oldest_first)
+    assert [s.down_revision for s in oldest_first] == [None, *migrate.REVISIONS[:-1]]
+
+
+def test_scripts_that_are_not_the_known_line_are_refused(
+    empty_db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(migrate, "REVISIONS", migrate.REVISIONS[:-1])
+    monkeypatch.setattr(migrate, "_SCRIPTS", None)
+    with pytest.raises(ConfigurationError, match="reinstall memstore"):
+        migrate.upgrade(empty_db_url)
+    assert migrate.current(empty_db_url) == ()
+
+
 def test_upgrade_on_empty_database_leaves_no_autogenerate_diff(empty_db_url: str) -> None:
     assert migrate.current(empty_db_url) == ()
     assert not migrate.is_current(empty_db_url)
