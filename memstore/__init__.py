@@ -11,11 +11,10 @@ token-budgeted context windows per conversation id::
     window.to_openai()
 """
 
-from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
-from importlib.metadata import version as _version
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
 from memstore._cache import CacheInfo
-from memstore.aio import AsyncChatContext, AsyncMemoryStore
 from memstore.builder import (
     Block,
     CompiledContext,
@@ -97,10 +96,37 @@ from memstore.views import (
     view_from_config,
 )
 
-try:
-    __version__ = _version("memstore")
-except _PackageNotFoundError:  # pragma: no cover - running from a bare checkout
-    __version__ = "0.0.0"
+if _TYPE_CHECKING:
+    from memstore.aio import AsyncChatContext, AsyncMemoryStore
+
+    __version__: str
+
+#: Names imported on first use (PEP 562), so that ``import memstore`` stays quick for a
+#: fresh worker or a CLI call: the async store imports SQLAlchemy's asyncio extension and
+#: its ORM (a tenth of a second), and the version is read from the package metadata.
+_LAZY = {"AsyncChatContext": "memstore.aio", "AsyncMemoryStore": "memstore.aio"}
+
+
+def __getattr__(name: str) -> _Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    elif name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            value = version("memstore")
+        except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+            value = "0.0.0"
+    else:
+        raise AttributeError(f"module 'memstore' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
 
 __all__ = [
     "ApproxCounter",

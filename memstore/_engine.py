@@ -22,16 +22,18 @@ from __future__ import annotations
 import asyncio
 import importlib
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, create_engine, event, pool
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.util import await_only
 from sqlalchemy.util.concurrency import in_greenlet
 
 from memstore.errors import ConfigurationError, MissingDependencyError
+
+if TYPE_CHECKING:  # the asyncio extension (and SQLAlchemy's ORM with it) loads with the async store
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 __all__ = [
     "DEFAULT_URL",
@@ -209,6 +211,8 @@ def make_async_engine(
     url: str | URL, *, busy_timeout: float = 30.0, durability: str = "full", **options: Any
 ) -> AsyncEngine:
     """Create an asyncio engine configured for memstore."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
     u = async_url(url)
     engine: AsyncEngine = _create(create_async_engine, u, _engine_kwargs(u, options))
     install_sqlite_hooks(engine.sync_engine, busy_timeout=busy_timeout, durability=durability)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import ast
 import inspect
 from pathlib import Path
+from typing import Any
 
 import memstore
+from memstore import FixedCounter, MemoryStore, Message
 
 PACKAGE = Path(memstore.__file__).parent
 
@@ -76,3 +78,30 @@ def test_import_memstore_imports_no_framework() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True)
     assert result.stdout.strip() == "[]", result.stdout
+
+
+def test_a_sqlite_worker_imports_only_what_it_uses(tmp_path: Any) -> None:
+    """A fresh process that opens a SQLite store at head and reads a window never loads
+    Alembic, the asyncio extension (with SQLAlchemy's ORM) or tiktoken; the async store
+    and the version still come on first use."""
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    with MemoryStore(url, counter=FixedCounter()) as store:  # created, so at head
+        store.append("c", Message.user("hi"))
+    unused = ("alembic", "mako", "sqlalchemy.ext.asyncio", "sqlalchemy.orm", "memstore.aio",
+              "tiktoken")
+    code = (
+        "import sys, memstore\n"
+        f"s = memstore.MemoryStore({url!r}, counter=memstore.FixedCounter())\n"
+        "w = s.window('c', memstore.TokenLimitedView(100))\n"
+        "assert [m.content for m in w.messages] == ['hi'], w\n"
+        f"print(sorted(m for m in {unused!r} if m in sys.modules))\n"
+        "print(memstore.AsyncMemoryStore.__module__, memstore.__version__ != '')\n"
+        "print('memstore.aio' in sys.modules, 'AsyncMemoryStore' in dir(memstore))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.split("\n")[:3] == ["[]", "memstore.aio True", "True True"], \
+        result.stdout
