@@ -181,7 +181,9 @@ def test_default_counter_keeps_its_name_and_counts(cl100k: TiktokenCounter) -> N
     assert TiktokenCounter("cl100k_base", images="tiles-85-170") == cl100k
 
 
-@pytest.mark.parametrize("spec", ["tiles-2833-5667", "patches-1.62", "patches-2.46", "tiles-1-1"])
+@pytest.mark.parametrize("spec", ["tiles-2833-5667", "patches-1.62", "patches-2.46", "tiles-1-1",
+                                  "patches-1.1234567", "patches-0.000001", "patches-3",
+                                  "patches-0.0000001"])
 def test_image_rule_names_round_trip(cl100k: TiktokenCounter, spec: str) -> None:
     c = TiktokenCounter("cl100k_base", images=spec)
     assert c.name == f"tiktoken/cl100k_base/images={spec}"

@@ -99,7 +99,23 @@ class ImageRule:
 
 
 def _decimal(value: Fraction) -> str:
-    return f"{float(value):.6f}".rstrip("0").rstrip(".")
+    """``value`` written exactly, without trailing zeros (``Fraction("1.620")`` -> ``1.62``).
+
+    A multiplier comes from a decimal string, so its expansion ends; rounding it would
+    name a counter that :func:`image_rule_from_spec` rebuilds with another multiplier.
+    """
+    scale = 0
+    while (value * 10**scale).denominator != 1:
+        if scale > _MAX_SCALE:  # not a decimal: no rule is built from one
+            return f"{float(value):.6f}".rstrip("0").rstrip(".")
+        scale += 1
+    digits = str(int(value * 10**scale)).rjust(scale + 1, "0")
+    whole, fraction = digits[:len(digits) - scale], digits[len(digits) - scale:]
+    return f"{whole}.{fraction}" if scale else whole
+
+
+#: More decimals than a counter name (64 characters) can hold.
+_MAX_SCALE = 64
 
 
 def _tiles_rule(base: int, tile: int) -> ImageRule:
