@@ -65,28 +65,30 @@ FRAMEWORKS = ("langchain", "langchain_core", "autogen_core", "autogen_agentchat"
               "camel", "agents", "openai", "anthropic", "llama_index")
 
 
-def test_import_memstore_imports_no_framework() -> None:
+def _fresh_python(code: str) -> str:
+    """What ``code`` prints in a fresh interpreter."""
     import subprocess
     import sys
 
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def test_import_memstore_imports_no_framework() -> None:
     code = (
         "import sys, memstore, memstore.integrations, memstore.formats\n"
         f"frameworks = {FRAMEWORKS!r}\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in frameworks\n"
         "             or m.startswith('memstore.integrations.')))\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            check=True)
-    assert result.stdout.strip() == "[]", result.stdout
+    out = _fresh_python(code)
+    assert out.strip() == "[]", out
 
 
 def test_a_sqlite_worker_imports_only_what_it_uses(tmp_path: Any) -> None:
     """A fresh process that opens a SQLite store at head and reads a window never loads
     Alembic, the asyncio extension (with SQLAlchemy's ORM) or tiktoken; the async store
     and the version still come on first use."""
-    import subprocess
-    import sys
-
     url = f"sqlite:///{tmp_path / 'w.db'}"
     with MemoryStore(url, counter=FixedCounter()) as store:  # created, so at head
         store.append("c", Message.user("hi"))
@@ -101,7 +103,5 @@ def test_a_sqlite_worker_imports_only_what_it_uses(tmp_path: Any) -> None:
         "print(memstore.AsyncMemoryStore.__module__, memstore.__version__ != '')\n"
         "print('memstore.aio' in sys.modules, 'AsyncMemoryStore' in dir(memstore))\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            check=True)
-    assert result.stdout.split("\n")[:3] == ["[]", "memstore.aio True", "True True"], \
-        result.stdout
+    out = _fresh_python(code)
+    assert out.split("\n")[:3] == ["[]", "memstore.aio True", "True True"], out
