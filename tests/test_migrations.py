@@ -86,7 +86,7 @@ def test_the_known_line_of_revisions_is_the_scripts_line() -> None:
     # reading the scripts: a new revision must be added there too.
     script = ScriptDirectory(migrate.script_location())
     oldest_first = list(reversed(list(script.walk_revisions())))
-    assert migrate.REVISIONS == tuple(s.revision for s in oldest_first)
+    assert tuple(s.revision for s in oldest_first) == migrate.REVISIONS
     assert [s.down_revision for s in oldest_first] == [None, *migrate.REVISIONS[:-1]]
 
 
