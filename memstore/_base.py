@@ -57,6 +57,7 @@ from memstore.models import (
     Message,
     StoredMessage,
     Summary,
+    checked_message,
 )
 from memstore.tokens import TokenCounter, count_each, default_counter, validate_counter
 from memstore.views import ContextView
@@ -325,11 +326,16 @@ def check_list_args(limit: Any, after: Any) -> tuple[int, str | None]:
 
 
 def coerce_message(message: Any) -> Message:
-    """Accept a Message (a StoredMessage is re-written as its plain fields) or an OpenAI dict."""
+    """Accept a Message (a StoredMessage is re-written as its plain fields) or an OpenAI dict.
+
+    A Message that skipped validation (``model_copy(update=...)``, ``model_construct``,
+    a metadata dict changed in place) is validated again: see
+    :func:`memstore.models.checked_message`.
+    """
     if isinstance(message, StoredMessage):
         return message.as_message()
     if isinstance(message, Message):
-        return message
+        return checked_message(message)
     if isinstance(message, Mapping):
         return Message.from_openai(message)
     raise InvalidInputError(
@@ -581,6 +587,10 @@ class Planner:
                     f"counter must be a TokenCounter, got {short_repr(counter)}"
                 )
             check_counter_name(counter)
+            # One count up front: a counter that returns no int (None, a float, a
+            # negative or huge number) is refused before anything is read or folded.
+            check_token_count(counter, counter.count_message(Message(role="system",
+                                                                     content="summary")))
         return summarize_steps(cid, summarizer, keep, counter if counter is not None
                                else self.counter)
 
@@ -777,7 +787,8 @@ def summarize_steps(
         if draft.previous is not None:
             inputs.insert(0, draft.previous.to_message())
         text = summary_text((yield SummarizerCall(summarizer, inputs)))
-        tokens = counter.count_message(Message(role="system", content=text))
+        tokens = check_token_count(counter, counter.count_message(Message(role="system",
+                                                                          content=text)))
         stored: Summary | None = yield Plan(
             _ops.summarize_write, (draft, text, tokens, counter.name), write=True
         )

@@ -12,6 +12,7 @@ levels, and seqs, token counts and counter names fit their columns.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, TypeVar
@@ -84,6 +85,40 @@ def _reject_nul(value: str, what: str) -> str:
 def _check_json(value: Any, where: str) -> None:
     """Raise ValueError unless ``value`` is JSON both databases read back exactly equal."""
     check_json(value, where)
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """Whether two JSON values are equal as JSON: ``1``, ``1.0`` and ``True`` differ.
+
+    Object key order does not matter; list order does. Containers may be read-only
+    ones (a stored message's) or plain ones.
+    """
+    if a != b:
+        return False  # (== is necessary; it is only not sufficient)
+    return _same_json(a, b)
+
+
+def _json_kind(value: Any) -> type:
+    if isinstance(value, bool):
+        return bool
+    if isinstance(value, int):
+        return int
+    if isinstance(value, Mapping):
+        return dict
+    if isinstance(value, (list, tuple)):
+        return list
+    return type(value)  # float, str, NoneType
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    kind = _json_kind(a)
+    if kind is not _json_kind(b):
+        return False
+    if kind is dict:
+        return all(_same_json(item, b[key]) for key, item in a.items())
+    if kind is list:
+        return all(_same_json(x, y) for x, y in zip(a, b))
+    return True  # equal scalars of one kind (checked by the caller's ==)
 
 
 def _validate_id(value: str, what: str) -> str:
@@ -335,6 +370,7 @@ class Message(BaseModel):
                 and any(not isinstance(part, TextPart) for part in self.content)):
             raise ValueError(f"a {self.role} message may only hold text parts")
         _check_message_size(self)
+        _VALIDATED[id(self)] = self
         return self
 
     # ---- convenience ------------------------------------------------------------------
@@ -363,7 +399,9 @@ class Message(BaseModel):
         """Whether ``other`` carries the same content (the idempotency comparison).
 
         Compares role, content, name, tool calls, tool_call_id and metadata. Score and
-        pinned are mutable after the write and are not compared.
+        pinned are mutable after the write and are not compared. Metadata compares as
+        JSON: ``1``, ``1.0`` and ``True`` are three different values (Python's ``==``
+        would call them equal), as the databases store them.
         """
         return (
             self.role == other.role
@@ -371,7 +409,7 @@ class Message(BaseModel):
             and self.name == other.name
             and self.tool_calls == other.tool_calls
             and self.tool_call_id == other.tool_call_id
-            and self.metadata == other.metadata
+            and same_json(self.metadata, other.metadata)
         )
 
     def as_message(self) -> Message:
@@ -926,6 +964,35 @@ class StoreStats(BaseModel):
 
 
 _M = TypeVar("_M", bound=BaseModel)
+
+#: Every message that validation built, by ``id()`` (held weakly, so an entry leaves
+#: with its message and an address reused later is not mistaken for it).
+#: :func:`checked_message` trusts these; a message made any other way
+#: (``model_copy(update=...)``, ``model_construct``, ``copy.copy``) skipped validation.
+_VALIDATED: weakref.WeakValueDictionary[int, Message] = weakref.WeakValueDictionary()
+
+
+def checked_message(message: Message) -> Message:
+    """``message`` as a valid plain :class:`Message` before it is written.
+
+    A message built by validation is returned as it is, after its metadata is checked
+    again (its nested dict is a plain one, which may have been changed in place). Any
+    other (a ``model_copy(update=...)``, which pydantic does not validate, or a
+    ``model_construct``) is validated again now.
+
+    Raises:
+        pydantic.ValidationError: the message is not valid (nothing is written).
+    """
+    if _VALIDATED.get(id(message)) is message and type(message) is Message:
+        metadata = message.metadata
+        if not metadata:
+            return message
+        try:
+            check_json(metadata, "metadata")
+            return message
+        except ValueError:
+            pass  # validated below, which names the problem
+    return Message.model_validate({name: getattr(message, name) for name in Message.model_fields})
 
 
 _SHARED_FIELDS_SET: dict[type[BaseModel], set[str]] = {}

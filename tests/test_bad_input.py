@@ -123,3 +123,62 @@ def test_model_level_validation_names_fields() -> None:
         ImagePart(image_url=ImageURL(url="u", detail="ultra"))  # type: ignore[arg-type]
     # empty tool_calls is normalised to None, not an error
     assert Message.assistant("x", tool_calls=[]).tool_calls is None
+
+
+def _unvalidated_messages() -> list[tuple[str, Any, str]]:
+    """(case id, a Message that never went through validation as it is, error text)."""
+    user = Message.user("fine", metadata={"a": 1})
+    mutated = Message.user("fine", metadata={"a": 1})
+    mutated.metadata["a"] = float("inf")  # the frozen model's nested dict, changed in place
+    return [
+        ("copy-nul-content", user.model_copy(update={"content": "a\x00b"}), "NUL"),
+        ("copy-surrogate", user.model_copy(update={"content": "\ud800"}), "surrogate"),
+        ("copy-nan-score", user.model_copy(update={"score": float("nan")}), "score"),
+        ("copy-call-id-on-user", user.model_copy(update={"tool_call_id": "c1"}),
+         "tool_call_id is only allowed"),
+        ("copy-bad-role", user.model_copy(update={"role": "robot"}), "role"),
+        ("copy-nan-metadata", user.model_copy(update={"metadata": {"v": float("nan")}}),
+         "not valid JSON"),
+        ("constructed", Message.model_construct(role="user", content="a\x00b"), "NUL"),
+        ("mutated-metadata", mutated, "inf"),
+    ]
+
+
+@pytest.mark.parametrize(("case", "bad", "needle"), _unvalidated_messages(),
+                         ids=[c[0] for c in _unvalidated_messages()])
+async def test_a_message_that_skipped_validation_is_validated_when_written(
+    store: Any, case: str, bad: Message, needle: str
+) -> None:
+    """pydantic's model_copy(update=...) and model_construct do not validate, and a
+    message's metadata dict can be changed in place: a write validates such a message
+    again, so the databases never see what validation refuses (SQLite stored NaN and
+    NUL; PostgreSQL raised a driver error)."""
+    await call(store.append("c", Message.user("existing")))
+    before = await call(store.messages("c"))
+    with pytest.raises(pydantic.ValidationError) as info:
+        await call(store.append("c", bad))
+    assert needle in str(info.value), f"{case}: {info.value}"
+    with pytest.raises(pydantic.ValidationError):
+        await call(store.extend("c", [Message.user("ok"), bad]))
+    assert await call(store.messages("c")) == before
+    assert [c.id for c in await call(store.list_conversations())] == ["c"]
+    # A valid copy is written as the copy says.
+    good = Message.user("fine").model_copy(update={"content": "changed", "score": 2.0})
+    stored = await call(store.append("c", good))
+    assert (stored.content, stored.score) == ("changed", 2.0)
+
+
+async def test_idempotent_append_compares_metadata_as_json(store: Any) -> None:
+    """1, 1.0 and True are equal in Python but three JSON values: a re-sent id whose
+    metadata differs only so is a conflict, not the stored message."""
+    from memstore.errors import ConflictError
+
+    first = await call(store.append("c", Message.user("hi", id="m1",
+                                                      metadata={"n": 1, "f": True})))
+    again = await call(store.append("c", Message.user("hi", id="m1",
+                                                      metadata={"f": True, "n": 1})))
+    assert again == first  # key order does not matter
+    for other in ({"n": 1.0, "f": True}, {"n": 1, "f": 1}, {"n": True, "f": True}):
+        with pytest.raises(ConflictError, match="m1"):
+            await call(store.append("c", Message.user("hi", id="m1", metadata=other)))
+    assert len(await call(store.messages("c"))) == 1

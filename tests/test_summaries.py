@@ -183,6 +183,26 @@ async def test_summarize_rejects_bad_input_and_writes_nothing(store: Any) -> Non
         await call(store.summarize("c", "not a function", keep_tokens=0))
     with pytest.raises(InvalidInputError, match="counter"):
         await call(store.summarize("c", Folder(), keep_tokens=0, counter="cl100k"))
+
+    class Returns(FixedCounter):
+        """A counter whose counts are not token counts."""
+
+        def __init__(self, value: Any) -> None:
+            super().__init__()
+            self.value = value
+
+        @property
+        def name(self) -> str:
+            return "returns"
+
+        def count_message(self, message: Message) -> Any:
+            return self.value
+
+    for value in (None, "7", 1.5, -5, 2**70):
+        folder = Folder()
+        with pytest.raises(InvalidInputError, match="token counter 'returns' counted"):
+            await call(store.summarize("c", folder, keep_tokens=0, counter=Returns(value)))
+        assert folder.calls == []  # refused before anything was read or summarized
     with pytest.raises(ConversationNotFoundError):
         await call(store.summarize("nope", Folder(), keep_tokens=0))
     with pytest.raises(ConversationNotFoundError):
