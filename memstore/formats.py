@@ -40,10 +40,12 @@ with :func:`with_hints`:
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from memstore._validate import check_json, short_repr
 from memstore.errors import InvalidInputError
 from memstore.models import ImagePart, ImageURL, Message, TextPart, ToolCall
 
@@ -126,8 +128,21 @@ def with_cache_control(message: Message, cache_control: Mapping[str, Any] | None
     Args:
         message: the message to copy (a stored message stays a stored message).
         cache_control: the cache-control object; default ``{"type": "ephemeral"}``.
+
+    Raises:
+        InvalidInputError: ``cache_control`` is not a JSON object both databases store
+            exactly (NaN, sets, NUL characters, non-string keys ...).
     """
+    if cache_control is not None and not isinstance(cache_control, Mapping):
+        raise InvalidInputError(
+            f"cache_control must be an object such as {{\"type\": \"ephemeral\"}}, "
+            f"not {type(cache_control).__name__}"
+        )
     value = dict(cache_control) if cache_control is not None else {"type": "ephemeral"}
+    try:
+        check_json(value, "cache_control")
+    except ValueError as exc:
+        raise InvalidInputError(str(exc)) from None
     return message.model_copy(
         update={"metadata": with_hints(message.metadata, cache_control=value)})
 
@@ -137,7 +152,9 @@ def with_cache_control(message: Message, cache_control: Mapping[str, Any] | None
 
 def _where(message: Message) -> str:
     seq = getattr(message, "seq", None)
-    return f"message seq {seq}" if seq is not None else f"a {message.role} message"
+    if seq is not None:
+        return f"message seq {seq}"
+    return f"{'an' if message.role[0] in 'aeiou' else 'a'} {message.role} message"
 
 
 def _anthropic_image(part: ImagePart, message: Message) -> dict[str, Any]:
@@ -177,9 +194,23 @@ def _anthropic_content(message: Message) -> list[dict[str, Any]]:
     return blocks
 
 
+def _finite(text: str) -> float:
+    """``json.loads``'s ``parse_float`` refusing what overflows to infinity (``1e999``)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is not a finite number")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    """``json.loads``'s ``parse_constant``: NaN and Infinity are not JSON."""
+    raise ValueError(f"{name} is not JSON")
+
+
 def _tool_input(call: ToolCall, message: Message) -> dict[str, Any]:
     try:
-        value = json.loads(call.arguments) if call.arguments.strip() else {}
+        value = (json.loads(call.arguments, parse_float=_finite, parse_constant=_no_constant)
+                 if call.arguments.strip() else {})
     except ValueError:
         value = None
     except RecursionError:
@@ -266,9 +297,10 @@ def to_anthropic(messages: Iterable[Message]) -> dict[str, Any]:
         that are already both are sent as they are.
 
     Raises:
-        InvalidInputError: a tool call's arguments are not a JSON object (or are
-            nested too deeply to parse), or an image is a ``data:`` URI of a type
-            Anthropic does not accept.
+        InvalidInputError: a tool call's arguments are not a JSON object (or hold
+            NaN, Infinity or a number too large for a float, which JSON cannot carry,
+            or are nested too deeply to parse), or an image is a ``data:`` URI of a
+            type Anthropic does not accept.
     """
     system: list[dict[str, Any]] = []
     turns: list[dict[str, Any]] = []
@@ -357,9 +389,10 @@ def _image_from_anthropic(block: Mapping[str, Any], where: str) -> ImagePart:
     if not isinstance(source, Mapping):
         raise InvalidInputError(f"{where}: an image block needs a source object")
     if source.get("type") == "base64":
-        url = f"data:{source.get('media_type')};base64,{source.get('data')}"
+        media_type = _source_text(source, "media_type", where)
+        url = f"data:{media_type};base64,{_source_text(source, 'data', where)}"
     elif source.get("type") == "url":
-        url = str(source.get("url"))
+        url = _source_text(source, "url", where)
     else:
         raise InvalidInputError(
             f"{where}: image source type {source.get('type')!r} is not supported "
@@ -368,8 +401,25 @@ def _image_from_anthropic(block: Mapping[str, Any], where: str) -> ImagePart:
     return ImagePart(image_url=ImageURL(url=url))
 
 
+def _source_text(source: Mapping[str, Any], key: str, where: str) -> str:
+    """An image source's ``key``: a non-empty string, or an InvalidInputError naming it."""
+    if key not in source:
+        raise InvalidInputError(f"{where}: the image source has no {key!r}")
+    value = source[key]
+    if not isinstance(value, str) or not value:
+        raise InvalidInputError(
+            f"{where}: the image source's {key!r} must be a non-empty string, "
+            f"not {short_repr(value)}"
+        )
+    return value
+
+
 def _meta(base: dict[str, Any], cache: Any) -> dict[str, Any]:
     return with_hints(base, cache_control=cache) if isinstance(cache, Mapping) else base
+
+
+#: The message fields :func:`from_anthropic` takes from the message param itself.
+_FROM_ANTHROPIC_OWN = frozenset({"role", "content", "tool_calls", "tool_call_id"})
 
 
 def from_anthropic(data: Mapping[str, Any], **extra: Any) -> list[Message]:
@@ -391,9 +441,12 @@ def from_anthropic(data: Mapping[str, Any], **extra: Any) -> list[Message]:
         InvalidInputError: an unknown role, a block type memstore cannot store
             (thinking, documents, server tools...), a block without a field it needs
             (a text block's ``text``, a ``tool_use`` block's ``id`` or ``name``, a
-            ``tool_result`` block's ``tool_use_id``), or a ``tool_use`` input that is
-            not a JSON object (NaN, sets, bytes, nesting too deep to serialise); the
-            message names the block by its index.
+            ``tool_result`` block's ``tool_use_id``, an image source's ``media_type``,
+            ``data`` or ``url``), or a ``tool_use`` input that is not a JSON object
+            (NaN, sets, bytes, nesting too deep to serialise); the message names the
+            block by its index. Also a keyword naming a field the message param sets
+            (``role``, ``content``, ``tool_calls``, ``tool_call_id``), or a
+            ``metadata`` that is not a mapping.
         pydantic.ValidationError: a block's values are not a valid message (a text
             that is not a string, an empty id ...).
     """
@@ -406,7 +459,18 @@ def from_anthropic(data: Mapping[str, Any], **extra: Any) -> list[Message]:
         raise InvalidInputError(
             f"Anthropic message role must be 'user' or 'assistant', not {role!r}"
         )
-    metadata = dict(extra.pop("metadata", None) or {})
+    own = sorted(_FROM_ANTHROPIC_OWN.intersection(extra))
+    if own:
+        raise InvalidInputError(
+            f"from_anthropic sets {', '.join(own)} from the message itself; pass only "
+            "memstore fields (score, pinned, metadata, name, id) as keywords"
+        )
+    base = extra.pop("metadata", None)
+    if base is not None and not isinstance(base, Mapping):
+        raise InvalidInputError(
+            f"metadata must be a JSON object (a mapping), not {type(base).__name__}"
+        )
+    metadata = dict(base or {})
     if isinstance(content, str):
         return [Message(role=role, content=content, metadata=metadata, **extra)]
     if not isinstance(content, Sequence) or isinstance(content, (bytes, bytearray)):

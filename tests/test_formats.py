@@ -46,6 +46,17 @@ def _user(*blocks: dict[str, Any]) -> dict[str, Any]:
     (_user({"type": "tool_result", "tool_use_id": "t1", "content": 5}),
      "content block 0 (tool_result): content must be a string or a list"),
     (_user({"type": "image"}), "content block 0 (image): an image block needs a source"),
+    (_user({"type": "image", "source": {"type": "base64", "data": "iVBO"}}),
+     "content block 0 (image): the image source has no 'media_type'"),
+    (_user({"type": "image", "source": {"type": "base64", "media_type": "image/png"}}),
+     "content block 0 (image): the image source has no 'data'"),
+    (_user({"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                        "data": b"\x89PNG"}}),
+     "the image source's 'data' must be a non-empty string, not b'\\x89PNG'"),
+    (_user({"type": "image", "source": {"type": "url"}}),
+     "content block 0 (image): the image source has no 'url'"),
+    (_user({"type": "image", "source": {"type": "url", "url": ""}}),
+     "the image source's 'url' must be a non-empty string, not ''"),
 ])
 def test_from_anthropic_names_the_block_missing_a_field(turn: dict[str, Any],
                                                         names: str) -> None:
@@ -105,6 +116,55 @@ def test_to_anthropic_refuses_arguments_nested_too_deeply_to_parse(db_url: str) 
     with pytest.raises(InvalidInputError, match="not a JSON object"):
         to_anthropic([Message.assistant(None, tool_calls=[
             ToolCall(id="c1", name="f", arguments="[1]")])])
+
+
+@pytest.mark.parametrize("arguments", ['{"x": NaN}', '{"x": Infinity}', '{"x": -Infinity}',
+                                       '{"x": [1e999]}', '{"x": {"y": -1e400}}'])
+def test_to_anthropic_refuses_arguments_json_cannot_carry(arguments: str) -> None:
+    """Python's JSON parser reads NaN, Infinity and overflowing numbers as floats, which
+    the Anthropic SDK then refuses when it serialises the request: refused here, naming
+    the call, as from_anthropic refuses the same input."""
+    call = Message.assistant(None, tool_calls=[ToolCall(id="c1", name="f", arguments=arguments)])
+    with pytest.raises(InvalidInputError, match="an assistant message: the arguments of tool "
+                       "call 'c1' are not a JSON object"):
+        to_anthropic([call])
+    fine = Message.assistant(None, tool_calls=[ToolCall(id="c1", name="f",
+                                                        arguments='{"x": 1e308, "y": -0.5}')])
+    assert to_anthropic([fine])["messages"][0]["content"][0]["input"] == {"x": 1e308, "y": -0.5}
+
+
+@pytest.mark.parametrize(("extra", "problem"), [
+    ({"role": "assistant"}, "from_anthropic sets role from the message itself"),
+    ({"content": "x"}, "from_anthropic sets content from the message itself"),
+    ({"tool_call_id": "t"}, "from_anthropic sets tool_call_id"),
+    ({"tool_calls": [], "role": "user"}, "from_anthropic sets role, tool_calls"),
+    ({"metadata": "abc"}, "metadata must be a JSON object (a mapping), not str"),
+    ({"metadata": [("a", 1)]}, "metadata must be a JSON object (a mapping), not list"),
+])
+def test_from_anthropic_refuses_keywords_it_cannot_take(extra: dict[str, Any],
+                                                        problem: str) -> None:
+    with pytest.raises(InvalidInputError) as info:
+        from_anthropic({"role": "user", "content": "hi"}, **extra)
+    assert problem in str(info.value)
+    [message] = from_anthropic({"role": "user", "content": "hi"}, score=2.0, pinned=True,
+                               metadata={"k": 1}, id="m1")
+    assert (message.score, message.pinned, dict(message.metadata), message.id) == (
+        2.0, True, {"k": 1}, "m1")
+
+
+@pytest.mark.parametrize(("cache_control", "problem"), [
+    ({"type": "ephemeral", "ttl": float("nan")}, "not valid JSON"),
+    ({"type": "ephemeral\x00"}, "NUL"),
+    ({"type": "ephemeral", 1: 2}, "non-string key"),
+    ({"type": "ephemeral", "x": {1, 2}}, "set"),
+    ("ephemeral", "cache_control must be an object"),
+])
+def test_with_cache_control_refuses_what_json_cannot_store(cache_control: Any,
+                                                           problem: str) -> None:
+    from memstore.formats import with_cache_control
+
+    with pytest.raises(InvalidInputError, match=problem):
+        with_cache_control(Message.user("hi"), cache_control)
 
 
 def test_to_openai_sends_an_assistant_message_without_content_or_calls_as_empty_text() -> None:
