@@ -38,6 +38,24 @@ def is_file(value: Any) -> bool:
     return hasattr(value, "readline") and hasattr(value, "read")
 
 
+def check_writable(fp: Any, what: str) -> None:
+    """Refuse an ``fp`` that is not a file object open for writing (a path, say)."""
+    if not callable(getattr(fp, "write", None)):
+        hint = " (a path: pass open(path, 'w', encoding='utf-8'))" if isinstance(fp, str) else ""
+        raise InvalidInputError(
+            f"{what} writes to a text file object, not {type(fp).__name__}{hint}"
+        )
+
+
+def check_readable(fp: Any, what: str) -> None:
+    """Refuse an ``fp`` that is not a file object open for reading (a path, say)."""
+    if not callable(getattr(fp, "readline", None)):
+        hint = " (a path: pass open(path, encoding='utf-8'))" if isinstance(fp, str) else ""
+        raise InvalidInputError(
+            f"{what} reads a text file object, not {type(fp).__name__}{hint}"
+        )
+
+
 class StateWriter:
     """Writes a snapshot file incrementally (both stores' ``dump_state``).
 

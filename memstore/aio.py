@@ -365,6 +365,7 @@ class AsyncMemoryStore:
         ``fp`` is written synchronously, one page at a time.
         """
         cid, _, _, size = _base.check_page_args(conversation_id, None, None, page_size)
+        _stateio.check_writable(fp, "dump_state")
         config = _base.view_config(_base.check_view(view) if view is not None else None)
         summaries: list[Summary] = []
         stream = self._stream(cid, None, None, size, summaries)

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from memstore import _base, _snapshots
+from memstore import _base, _snapshots, _stateio
 from memstore._validate import JSON_TOO_DEEP
 from memstore.errors import (
     ConflictError,
@@ -220,6 +220,7 @@ def export_jsonl(
             conversations before it are already written).
     """
     _check_store(store, "export_jsonl")
+    _stateio.check_writable(fp, "export_jsonl")
     if isinstance(conversation_ids, str):
         raise InvalidInputError(
             "conversation_ids must be a list of ids, not a single string"
@@ -300,7 +301,7 @@ def _is_header(line: dict[str, Any]) -> bool:
 
 def _check_version(line_no: int, line: dict[str, Any]) -> None:
     version = line.get("memstore_export")
-    if version != EXPORT_VERSION:
+    if type(version) is not int or version != EXPORT_VERSION:  # (true == 1 == 1.0)
         raise ImportFormatError(
             line_no, f"export format version {version!r} is not supported "
             f"(this memstore reads version {EXPORT_VERSION})"
@@ -429,7 +430,8 @@ def import_jsonl(
         replace: overwrite conversations that exist.
         rename: import the file's one conversation under this id. The file may then
             also be bare message lines with no header (``memstore messages CONV
-            --format jsonl``); a second conversation in the file is an error.
+            --format jsonl``); a second conversation in the file is an error, and
+            nothing is imported then.
         progress: called with the number of messages processed since its previous
             call.
 
@@ -447,6 +449,7 @@ def import_jsonl(
         failed, which are stored.
     """
     _check_store(store, "import_jsonl")
+    _stateio.check_readable(fp, "import_jsonl")
     target = _base.check_conversation_id(rename) if rename is not None else None
     lines = _Lines(fp)
     done: list[ImportedConversation] = []
@@ -462,8 +465,6 @@ def import_jsonl(
                 raise ImportFormatError(
                     line_no, f"a message line before any conversation header ({RENAME_HINT})"
                 )
-            if target is not None and done:
-                raise ImportFormatError(line_no, RENAME_ONE)
             done.append(_import_one(store, lines, line_no, header, expected, target,
                                     replace, progress))
     except MemstoreError as exc:
@@ -483,7 +484,13 @@ def _import_one(
     with store._write_connection() as conn:
         loader = _snapshots.Loader(conn, cid, header, "replace" if replace else "merge", recounter)
         try:
-            return _import_rows(lines, loader, line_no, expected, source, progress, recounter)
+            imported = _import_rows(lines, loader, line_no, expected, source, progress,
+                                    recounter)
+            following = lines.peek()
+            if target is not None and following is not None:
+                # Refused before this transaction commits: nothing of the file is stored.
+                raise ImportFormatError(following[0], RENAME_ONE)
+            return imported
         except ConflictError as exc:
             if not loader.fresh:
                 # merged into the stored conversation: replace=True would resolve it

@@ -151,12 +151,16 @@ def test_rename_and_bare_message_lines(sync_store: MemoryStore) -> None:
         sync_store.save_state("d").messages[-1].content)
     with pytest.raises(ImportFormatError, match="rename imports one conversation") as two:
         import_jsonl(sync_store, io.StringIO(_export(sync_store, ["c", "d"])), rename="x")
-    assert [c.id for c in two.value.imported] == ["x"]
+    # Refused before the first conversation commits: nothing of the file is stored.
+    assert two.value.imported == []
+    assert two.value.line == len(_export(sync_store, ["c"]).splitlines()) + 1
+    with pytest.raises(ConversationNotFoundError):
+        sync_store.get_conversation("x")
 
 
 @pytest.mark.parametrize("damage", ["bad_json", "bad_role", "wrong_owner", "seq_gap",
                                     "truncated", "not_object", "version", "extra_header",
-                                    "too_deep", "too_deep_metadata"])
+                                    "too_deep", "too_deep_metadata", "version_true"])
 def test_a_bad_line_leaves_its_conversation_untouched(sync_store: MemoryStore,
                                                       damage: str) -> None:
     _seed(sync_store, "a", 2)
@@ -187,6 +191,9 @@ def test_a_bad_line_leaves_its_conversation_untouched(sync_store: MemoryStore,
     elif damage == "version":
         lines[c_header] = lines[c_header].replace('"memstore_export":1', '"memstore_export":9')
         bad = c_header
+    elif damage == "version_true":  # true == 1 in Python, not in the format
+        lines[c_header] = lines[c_header].replace('"memstore_export":1', '"memstore_export":true')
+        bad = c_header
     elif damage == "extra_header":
         lines[c_header] = lines[c_header].replace('"type"', '"colour":"red","type"')
         bad = c_header
@@ -200,6 +207,40 @@ def test_a_bad_line_leaves_its_conversation_untouched(sync_store: MemoryStore,
     with pytest.raises(ConversationNotFoundError):
         sync_store.get_conversation("c")  # nothing of it was written
     assert sync_store.save_state("a").messages == before["a"].messages
+
+
+def test_file_arguments_must_be_file_objects(sync_store: MemoryStore, tmp_path: Any) -> None:
+    """A path (or anything else that is not a file object) is refused by name, not with
+    an AttributeError from deep inside; nothing is written."""
+    _seed(sync_store, "c", 2)
+    path = str(tmp_path / "out.jsonl")
+    for bad, kind in ((path, "str"), ([_export(sync_store)], "list"), (None, "NoneType")):
+        with pytest.raises(InvalidInputError, match=f"import_jsonl reads a text file object, "
+                           f"not {kind}"):
+            import_jsonl(sync_store, bad, rename="other")  # type: ignore[arg-type]
+        with pytest.raises(InvalidInputError, match=f"export_jsonl writes to a text file "
+                           f"object, not {kind}"):
+            export_jsonl(sync_store, bad)  # type: ignore[arg-type]
+        with pytest.raises(InvalidInputError, match=f"dump_state writes to a text file "
+                           f"object, not {kind}"):
+            sync_store.dump_state("c", bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match=r"a path: pass open\(path, 'w'"):
+        export_jsonl(sync_store, path)  # type: ignore[arg-type]
+    assert [c.id for c in sync_store.list_conversations()] == ["c"]
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_metadata_differing_only_in_json_type_is_a_conflict(sync_store: MemoryStore) -> None:
+    """An idempotent re-import matches messages by id and content, and content compares
+    as JSON: metadata ``1.0`` or ``1`` where ``true`` is stored is other content."""
+    sync_store.extend("c", [Message.user("hi", id="u1", metadata={"flag": True, "n": 1})])
+    text = _export(sync_store)
+    assert import_jsonl(sync_store, io.StringIO(text)).conversations[0].unchanged == 1
+    for changed in (text.replace('"flag":true', '"flag":1'), text.replace('"n":1', '"n":1.0')):
+        assert changed != text
+        with pytest.raises(ConflictError, match="u1"):
+            import_jsonl(sync_store, io.StringIO(changed))
+    assert dict(sync_store.messages("c")[0].metadata) == {"flag": True, "n": 1}
 
 
 def test_a_conflict_with_stored_rows_is_marked_as_one(sync_store: MemoryStore) -> None:
