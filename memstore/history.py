@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
+from memstore.errors import InvalidInputError
 from memstore.models import StoredMessage, Summary
 
 __all__ = ["HistorySource", "ListHistory", "SourceBase"]
@@ -152,6 +153,16 @@ class SourceBase:
         return None
 
 
+def _check_items(items: object, kind: type, what: str, expected: str) -> None:
+    """Refuse ``items`` unless it is a sequence (a list, say) of ``kind`` objects."""
+    if not isinstance(items, Sequence) or isinstance(items, (str, bytes, bytearray)):
+        raise InvalidInputError(f"{what} must be a list of {expected}, not {type(items).__name__}")
+    for index, item in enumerate(items):
+        if not isinstance(item, kind):
+            raise InvalidInputError(
+                f"{what}[{index}] is a {type(item).__name__}, not a {expected}")
+
+
 class ListHistory(SourceBase):
     """A :class:`HistorySource` over an in-memory list of stored messages.
 
@@ -161,19 +172,26 @@ class ListHistory(SourceBase):
             ending at or before the newest message is :meth:`latest_summary`.
 
     Raises:
-        ValueError: the messages mix conversations or their seqs are not contiguous.
+        InvalidInputError: the messages are not stored messages (a plain ``Message``
+            has no seq: read them from a store, or build a window with
+            ``ContextBuilder``), the summaries are not :class:`Summary` objects, or the
+            messages mix conversations or their seqs are not contiguous. (It is a
+            ``ValueError`` too.)
     """
 
     def __init__(
         self, messages: Sequence[StoredMessage], *, summaries: Sequence[Summary] = ()
     ) -> None:
+        _check_items(messages, StoredMessage, "messages", "StoredMessage (read from a store)")
+        _check_items(summaries, Summary, "summaries", "Summary")
         ordered = sorted(messages, key=lambda m: m.seq)
         ids = {m.conversation_id for m in ordered}
         if len(ids) > 1:
-            raise ValueError(f"messages belong to several conversations: {sorted(ids)}")
+            raise InvalidInputError(f"messages belong to several conversations: {sorted(ids)}")
         for a, b in itertools.pairwise(ordered):
             if b.seq != a.seq + 1:
-                raise ValueError(f"seqs are not contiguous: {a.seq} is followed by {b.seq}")
+                raise InvalidInputError(
+                    f"seqs are not contiguous: {a.seq} is followed by {b.seq}")
         self._messages = ordered
         self._cid = ordered[0].conversation_id if ordered else ""
         self._first = ordered[0].seq if ordered else 1

@@ -31,7 +31,7 @@ from memstore.models import (
     StoredMessage,
     Summary,
 )
-from memstore.tokens import TokenCounter, count_tool_schemas
+from memstore.tokens import TokenCounter, count_tool_schemas, validate_counter
 from memstore.units import BackwardUnits, ReverseReader, Unit
 from memstore.views import _VIEW_CLASSES, ContextView
 
@@ -252,8 +252,14 @@ class SummaryView(ContextView):
 
     def apply(self, messages: Sequence[StoredMessage], counter: TokenCounter,
               summaries: Sequence[Summary] = ()) -> ContextWindow:
-        """Build the window over a list of stored messages and their summaries."""
-        return self.select(ListHistory(messages, summaries=summaries), counter)
+        """Build the window over a list of stored messages and their summaries.
+
+        Raises:
+            ConfigurationError: ``counter`` does not implement the TokenCounter protocol.
+            InvalidInputError: ``messages`` or ``summaries`` are not stored ones (see
+                :class:`~memstore.history.ListHistory`).
+        """
+        return self.select(ListHistory(messages, summaries=summaries), validate_counter(counter))
 
     def _required(self, counter: TokenCounter, tools: int, anchored: int, summary: int,
                   newest: int) -> int:

@@ -148,6 +148,8 @@ class ContextView(abc.ABC):
 
         Raises:
             ConfigurationError: ``counter`` does not implement the TokenCounter protocol.
+            InvalidInputError: ``messages`` are not stored messages of one conversation
+                with contiguous seqs (see :class:`~memstore.history.ListHistory`).
         """
         return self.select(ListHistory(messages), validate_counter(counter))
 

@@ -810,3 +810,26 @@ def test_unbounded_reads_everything(big: list[StoredMessage]) -> None:
     source = ListHistory(big)
     UnboundedView().select(source, BIG_COUNTER)
     assert source.rows_read >= N_BIG
+
+
+@pytest.mark.parametrize(("messages", "problem"), [
+    ([Message.user("x")], "messages[0] is a Message, not a StoredMessage"),
+    ([{"role": "user", "content": "x"}], "messages[0] is a dict, not a StoredMessage"),
+    ("not a list", "messages must be a list of StoredMessage (read from a store), not str"),
+    (None, "not NoneType"),
+])
+def test_apply_refuses_what_is_not_stored_messages(messages: Any, problem: str) -> None:
+    """A view applies to stored messages (their seqs place them): anything else is an
+    InvalidInputError naming the first bad item, not an AttributeError."""
+    from memstore.errors import InvalidInputError
+    from memstore.summary_view import SummaryView
+
+    counter = FixedCounter()
+    for view in (TokenLimitedView(100), SummaryView(100)):
+        with pytest.raises(InvalidInputError) as info:
+            view.apply(messages, counter)
+        assert problem in str(info.value)
+    with pytest.raises(InvalidInputError, match=r"summaries\[0\] is a dict, not a Summary"):
+        SummaryView(100).apply([], counter, [{"number": 1}])  # type: ignore[list-item]
+    with pytest.raises(ConfigurationError, match="counter"):
+        SummaryView(100).apply([], "cl100k_base")  # type: ignore[arg-type]
