@@ -24,6 +24,11 @@ equivalent, which is what memstore counts and windows:
 - a ``function_call_output`` → one tool message answering its ``call_id``.
   Other ``*_call``/``*_call_output`` pairs with a ``call_id`` (computer, shell,
   custom tools, ...) map the same way, so views never separate them either.
+  The tool message's text is what the model receives of the output, which views
+  count: text, shell ``stdout``/``stderr``; images (a tool's ``input_image``, a
+  computer screenshot) and files as placeholders padded with filler to their price,
+  since a memstore tool message holds text only; ``data:`` URLs are never counted
+  as text (see :func:`_output_text`).
 
 Item ids are not used as message ids: the SDK reuses them (``"1"``, a scripted
 model's constant id), so they are not idempotency keys. A model response may be
@@ -45,12 +50,15 @@ from memstore.aio import AsyncMemoryStore
 from memstore.errors import ConversationNotFoundError, InvalidInputError
 from memstore.integrations._common import check_conversation, check_store, check_view
 from memstore.models import (
+    ImagePart,
+    ImageURL,
     Message,
     StoredMessage,
     TextPart,
     ToolCall,
 )
 from memstore.store import MemoryStore
+from memstore.tokens import ApproxCounter, TokenCounter
 from memstore.views import ContextView
 
 __all__ = ["MemstoreSession", "items_to_messages", "messages_to_items"]
@@ -123,7 +131,7 @@ def _is_call(item: Mapping[str, Any]) -> bool:
 
 
 def _text_of(value: Any) -> str:
-    """The text of an item's content or output (strings, text parts, refusals)."""
+    """The text of a message item's content (strings, text parts, refusals)."""
     if value is None:
         return ""
     if isinstance(value, str):
@@ -137,6 +145,167 @@ def _text_of(value: Any) -> str:
                     texts.append(text)
         return "".join(texts)
     return json.dumps(value, sort_keys=True, default=str)
+
+
+# ---- what a call output counts as -----------------------------------------------------------
+#
+# A call output is a tool message, and a memstore tool message holds text only. Its text
+# is what the model receives of the output, so a view's budget counts it: text as it is
+# (a shell call's stdout and stderr), an image or a file as a placeholder padded to what
+# the model is charged for it (see :func:`_padded`). The stored item is what the SDK
+# sends; the text is never sent by the session.
+
+#: Prices images when no counter is given: every memstore counter prices an image by
+#: GPT-4o's rule unless told otherwise, and this one needs no tokenizer.
+_PRICE_COUNTER = ApproxCounter()
+#: A filler unit: one token in OpenAI's encodings, one word for word counters.
+_FILLER = " ."
+#: How many tries :func:`_padded` gets to find the filler that counts a given price.
+_PAD_TRIES = 4
+
+
+def _storable(text: str) -> bool:
+    """Whether ``text`` is Unicode memstore can store: no lone surrogate.
+
+    (JSON escapes NUL whatever ``ensure_ascii`` says.)
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _cut_data_urls(value: Any) -> Any:
+    """``value`` with every ``data:`` URL string replaced by its header (``data:...,…``)."""
+    if isinstance(value, str):
+        if value.startswith("data:") and "," in value:
+            return value.split(",", 1)[0] + ",…"
+        return value
+    if isinstance(value, Mapping):
+        return {k: _cut_data_urls(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_cut_data_urls(v) for v in value]
+    return value
+
+
+def _dumped(value: Any) -> str:
+    """An output shape the session does not know: its JSON, without data URL payloads.
+
+    Non-ASCII text unescaped (as it is counted in a string output), unless that text
+    cannot be stored (a lone surrogate): then with JSON's escapes.
+    """
+    cut = _cut_data_urls(value)
+    text = json.dumps(cut, sort_keys=True, default=str, ensure_ascii=False)
+    return text if _storable(text) else json.dumps(cut, sort_keys=True, default=str)
+
+
+def _image_part(url: Any, detail: Any) -> ImagePart:
+    """The image part pricing an image by ``url`` (a file id: an unreadable size)."""
+    if not isinstance(url, str) or not url:
+        url = "file:"  # an image by file id: priced as an image whose size is unknown
+    return ImagePart(image_url=ImageURL(
+        url=url, detail=detail if detail in ("auto", "low", "high") else None))
+
+
+def _image_tokens(part: ImagePart, counter: TokenCounter | None) -> int:
+    """What ``counter`` charges for ``part`` in a user message (default: GPT-4o's price)."""
+    if counter is None:
+        counter = _PRICE_COUNTER  # its image rule is GPT-4o's, the default
+    with_image = counter.count_message(Message(role="user", content=[part]))
+    return max(0, with_image - counter.count_message(Message(role="user", content=[])))
+
+
+def _padded(label: str, tokens: int, counter: TokenCounter | None) -> str:
+    """``[label]`` and filler that ``counter`` counts as at least ``tokens`` more tokens.
+
+    memstore cannot give a tool message an image part or a token count of its own, so
+    the placeholder is padded: without a counter, one filler unit per token (a token in
+    OpenAI's encodings); with one, the filler is measured with it.
+    """
+    placeholder = f"[{label}]"
+    if tokens <= 0:
+        return placeholder
+    if counter is None:
+        return placeholder + _FILLER * tokens
+
+    def extra(units: int) -> int:
+        text = placeholder + _FILLER * units
+        return (counter.count_message(Message(role="tool", tool_call_id="c", content=text))
+                - counter.count_message(
+                    Message(role="tool", tool_call_id="c", content=placeholder)))
+
+    units = tokens
+    for _ in range(_PAD_TRIES):
+        got = extra(units)
+        if got <= 0:  # the counter does not count this text: no filler can add tokens
+            return placeholder
+        if got == tokens:
+            break
+        units = max(1, -(-units * tokens // got))  # scaled to the measured rate, rounded up
+    while extra(units) < tokens:  # never short of the price (the scaling may undershoot)
+        units += max(1, units // 8)
+    return placeholder + _FILLER * units
+
+
+def _file_tokens(part: Mapping[str, Any]) -> int:
+    """An estimate of what a file costs: a token per 4 bytes of its ``file_data``.
+
+    The API charges the file's extracted text (and, for a PDF, an image of each page);
+    neither can be read without parsing the file, so its size stands for it. A file by
+    id or URL is not known here: 0.
+    """
+    data = part.get("file_data")
+    if not isinstance(data, str) or not data:
+        return 0
+    payload = data.split(",", 1)[1] if data.startswith("data:") and "," in data else data
+    return -(-(len(payload) * 3 // 4) // 4)
+
+
+def _part_text(part: Any, counter: TokenCounter | None) -> str:
+    """The counted text of one part of a call output's content list."""
+    if isinstance(part, str):
+        return part
+    if not isinstance(part, Mapping):
+        return _dumped(part)
+    part_type = part.get("type")
+    if part_type == "input_image":
+        image = _image_part(part.get("image_url"), part.get("detail"))
+        return _padded("input_image", _image_tokens(image, counter), counter)
+    if part_type == "input_file":
+        name = part.get("filename")
+        label = f"input_file {name}" if isinstance(name, str) and name else "input_file"
+        return _padded(label, _file_tokens(part), counter)
+    text = part.get("text", part.get("refusal"))
+    if isinstance(text, str):
+        return text
+    if "stdout" in part or "stderr" in part:  # a shell_call_output chunk
+        return "".join(str(part.get(k) or "") for k in ("stdout", "stderr"))
+    return _dumped(part)
+
+
+def _output_text(item: Mapping[str, Any], counter: TokenCounter | None = None) -> str:
+    """The text a call output item is counted as (what the model receives of it).
+
+    Strings as they are; content lists (function and custom tool outputs, shell output
+    chunks) part by part: text, shell ``stdout`` and ``stderr``, images and files as
+    padded placeholders; a computer screenshot as an image; any other shape as its
+    JSON with ``data:`` URL payloads cut out.
+    """
+    output = item.get("output")
+    if output is None:
+        return ""
+    if isinstance(output, str):
+        return output
+    if isinstance(output, list):
+        return "".join(_part_text(part, counter) for part in output)
+    if isinstance(output, Mapping) and output.get("type") == "computer_screenshot":
+        image = _image_part(output.get("image_url"), output.get("detail"))
+        return _padded("computer_screenshot", _image_tokens(image, counter), counter)
+    if isinstance(output, Mapping) and output.get("type") in ("input_image", "input_file",
+                                                               "input_text"):
+        return _part_text(output, counter)
+    return _dumped(output)
 
 
 def _input_content(item: Mapping[str, Any], role: str) -> Any:
@@ -183,12 +352,11 @@ def _model_message(items: list[Item]) -> Message:
                    metadata={METADATA_KEY: {"items": items}})
 
 
-def _single_message(item: Item) -> Message:
+def _single_message(item: Item, counter: TokenCounter | None = None) -> Message:
     meta = {METADATA_KEY: {"items": [item]}}
     if _kind(item) == "output":
-        output = item.get("output")
-        return Message(role="tool", content=_text_of(output), tool_call_id=item["call_id"],
-                       metadata=meta)
+        return Message(role="tool", content=_output_text(item, counter),
+                       tool_call_id=item["call_id"], metadata=meta)
     role = str(item["role"])
     return Message.model_validate({"role": role, "content": _input_content(item, role),
                                    "metadata": meta})
@@ -209,11 +377,17 @@ def _plain(item: Any) -> Item:
     return plain  # type: ignore[no-any-return]
 
 
-def items_to_messages(items: Iterable[Any]) -> list[Message]:
+def items_to_messages(items: Iterable[Any], *,
+                      counter: TokenCounter | None = None) -> list[Message]:
     """Convert SDK input items to the memstore messages that store them.
 
     Consecutive items of one model response become one assistant message; each
     user/system/developer item and each call output is a message of its own.
+
+    A call output's tool message text is what the model receives of it (see the module
+    doc): images and files in it are placeholders padded to their price, measured
+    with ``counter`` (the session passes its store's); without one, GPT-4o's image
+    price and one filler unit per token (a token in OpenAI's encodings).
 
     Raises:
         InvalidInputError: an item is not a JSON object, has an unknown role, or is a
@@ -232,7 +406,7 @@ def items_to_messages(items: Iterable[Any]) -> list[Message]:
         if group:
             messages.append(_model_message(group))
             group = []
-        messages.append(_single_message(item))
+        messages.append(_single_message(item, counter))
     if group:
         messages.append(_model_message(group))
     return messages
@@ -417,7 +591,7 @@ class MemstoreSession:
         plain = [_plain(item) for item in items]
         if not plain:
             return
-        messages = items_to_messages(plain)
+        messages = items_to_messages(plain, counter=self.store.counter)
         if _kind(plain[0]) == "model":
             newest = await self._or_empty("messages", [], limit=1, newest_first=True)
             if newest and _is_model_group(newest[0]):
@@ -438,7 +612,8 @@ class MemstoreSession:
 
         def merge(newest: list[StoredMessage]) -> list[Message]:
             if newest and newest[0].id == expected and _is_model_group(newest[0]):
-                return self._rewrite(newest[0], items_to_messages(_items_of(newest[0]) + plain))
+                return self._rewrite(newest[0], items_to_messages(
+                    _items_of(newest[0]) + plain, counter=self.store.counter))
             return [*newest, *unmerged]
 
         try:
@@ -481,7 +656,8 @@ class MemstoreSession:
             if len(items) == 1:
                 return []
             # the items of one model response: items_to_messages makes them one message
-            return self._rewrite(newest[0], items_to_messages(items[:-1]))
+            return self._rewrite(newest[0], items_to_messages(items[:-1],
+                                                              counter=self.store.counter))
 
         await self._or_empty("rewrite", None, take_last, newest=1)
         return popped[0] if popped else None

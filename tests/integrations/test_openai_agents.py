@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import inspect
 import json
 import re
@@ -24,19 +25,38 @@ from memstore import (
     TokenLimitedView,
     UnboundedView,
 )
+from memstore.models import ImagePart, ImageURL, Message
+from memstore.tokens import ApproxCounter, TiktokenCounter
 from tests.helpers import call
-from tests.integrations import assert_constructor_refuses_what_the_store_would, require
+from tests.integrations import (
+    assert_constructor_refuses_what_the_store_would,
+    open_store,
+    require,
+)
 
 agents = require("agents")
 agents.set_tracing_disabled(True)  # no trace export: the tests never touch the network
-from agents import Agent, LocalShellTool, Runner, Usage, function_tool  # noqa: E402
+from agents import (  # noqa: E402
+    Agent,
+    AsyncComputer,
+    ComputerTool,
+    LocalShellTool,
+    Runner,
+    ToolOutputImage,
+    Usage,
+    function_tool,
+)
 from agents.items import ModelResponse  # noqa: E402
 from agents.models.interface import Model  # noqa: E402
 from openai.types.responses import (  # noqa: E402
+    ResponseComputerToolCall,
     ResponseFunctionToolCall,
     ResponseOutputMessage,
     ResponseOutputText,
     ResponseReasoningItem,
+)
+from openai.types.responses.response_computer_tool_call import (  # noqa: E402
+    ActionScreenshot,
 )
 from openai.types.responses.response_output_item import (  # noqa: E402
     LocalShellCall,
@@ -707,6 +727,23 @@ CALL_PAIRS: list[tuple[dict[str, Any], dict[str, Any]]] = [
       "output": {"type": "computer_screenshot", "image_url": "data:image/png;base64,AA=="}}),
     ({"type": "custom_tool_call", "call_id": "{id}", "name": "grammar", "input": "raw"},
      {"type": "custom_tool_call_output", "call_id": "{id}", "output": "ok"}),
+    ({"type": "function_call", "call_id": "{id}", "name": "look", "arguments": "{}"},
+     {"type": "function_call_output", "call_id": "{id}", "output": [
+         {"type": "input_text", "text": "see"},
+         {"type": "input_image", "image_url": "data:image/png;base64,AA==", "detail": "low"},
+         {"type": "input_file", "file_data": "data:application/pdf;base64,QUJD",
+          "filename": "a.pdf"}]}),
+    ({"type": "local_shell_call", "id": "lsc_1", "call_id": "{id}", "status": "completed",
+      "action": {"type": "exec", "command": ["ls"], "env": {}}},
+     {"type": "local_shell_call_output", "call_id": "{id}", "output": "{\"stdout\": \"a\"}"}),
+    ({"type": "shell_call", "call_id": "{id}", "status": "completed",
+      "action": {"commands": ["make"], "timeout_ms": 1000, "max_output_length": None}},
+     {"type": "shell_call_output", "call_id": "{id}", "output": [
+         {"stdout": "built", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}]}),
+    ({"type": "apply_patch_call", "call_id": "{id}", "status": "completed",
+      "operation": {"type": "delete_file", "path": "a.txt"}},
+     {"type": "apply_patch_call_output", "call_id": "{id}", "status": "completed",
+      "output": None}),
 ]
 
 
@@ -749,10 +786,238 @@ async def test_every_item_type_round_trips_through_the_store(store: Any) -> None
     assert await session.get_items() == history
     stored = await call(store.messages("types"))
     calls = [m for m in stored if m.tool_calls]
-    assert [c.id for m in calls for c in m.tool_calls] == [f"k{n}" for n in range(4)]
+    assert [c.id for m in calls for c in m.tool_calls] == [f"k{n}" for n in range(len(CALL_PAIRS))]
     # windows over them are valid chat: every tool message answers a kept call
     window = await call(store.window("types", UnboundedView()))
     assert len(window.messages) == len(stored)
+
+
+# ---- what a call output counts: what the model receives of it -----------------------------
+
+
+def png_url(width: int, height: int, payload: int = 60_000) -> str:
+    """A base64 PNG data URL of ``width`` x ``height`` (a real header, filler pixels)."""
+    header = (b"\x89PNG\r\n\x1a\n" + (13).to_bytes(4, "big") + b"IHDR"
+              + width.to_bytes(4, "big") + height.to_bytes(4, "big") + b"\x08\x02\x00\x00\x00")
+    return "data:image/png;base64," + base64.b64encode(
+        header + bytes(range(256)) * (payload // 256)).decode()
+
+
+SCREEN = png_url(1024, 768)  # high detail: 85 + 170 * 4 tiles = 765 under GPT-4o's rule
+BIG = "line of build log output with some words in it\n" * 300
+
+
+def image_price(counter: Any, url: str, detail: Any = None) -> int:
+    """What ``counter`` charges for an image in a user message."""
+    part = ImagePart(image_url=ImageURL(url=url, detail=detail))
+    return (counter.count_message(Message(role="user", content=[part]))
+            - counter.count_message(Message(role="user", content=[])))
+
+
+#: (call item, output item, lowest and highest token count of the output's tool message,
+#: given the price of a ``SCREEN`` image, and what its text must hold).
+OUTPUTS: list[tuple[dict[str, Any], dict[str, Any], Any, str]] = [
+    ({"type": "function_call", "call_id": "{id}", "name": "f", "arguments": "{}"},
+     {"type": "function_call_output", "call_id": "{id}", "output": "result"},
+     lambda img: (3, 15), "result"),
+    ({"type": "function_call", "call_id": "{id}", "name": "shot", "arguments": "{}"},
+     {"type": "function_call_output", "call_id": "{id}", "output": [
+         {"type": "input_text", "text": "here it is"},
+         {"type": "input_image", "image_url": SCREEN, "detail": "high"}]},
+     lambda img: (img, img + 25), "here it is[input_image]"),
+    ({"type": "function_call", "call_id": "{id}", "name": "shot", "arguments": "{}"},
+     {"type": "function_call_output", "call_id": "{id}", "output": [
+         {"type": "input_image", "image_url": SCREEN, "detail": "low"}]},
+     lambda img: (85, 85 + 20), "[input_image]"),
+    ({"type": "function_call", "call_id": "{id}", "name": "shot", "arguments": "{}"},
+     {"type": "function_call_output", "call_id": "{id}", "output": [
+         {"type": "input_image", "file_id": "file-1"}]},  # size unknown: the most it costs
+     lambda img: (1445, 1445 + 20), "[input_image]"),
+    ({"type": "function_call", "call_id": "{id}", "name": "read", "arguments": "{}"},
+     {"type": "function_call_output", "call_id": "{id}", "output": [
+         {"type": "input_file", "filename": "a.pdf",
+          "file_data": "data:application/pdf;base64," + "QUJD" * 10_000}]},
+     lambda img: (7500, 7500 + 25), "[input_file a.pdf]"),  # 30,000 bytes: 7,500 tokens
+    ({"type": "function_call", "call_id": "{id}", "name": "read", "arguments": "{}"},
+     {"type": "function_call_output", "call_id": "{id}", "output": [
+         {"type": "input_file", "file_id": "file-2"}]},  # not known here: not counted
+     lambda img: (3, 20), "[input_file]"),
+    ({"type": "function_call", "call_id": "{id}", "name": "odd", "arguments": "{}"},
+     {"type": "function_call_output", "call_id": "{id}",
+      "output": {"type": "unknown", "image_url": SCREEN}},
+     lambda img: (3, 40), '"image_url": "data:image/png;base64,…"'),
+    ({"type": "computer_call", "id": "cu_1", "call_id": "{id}", "status": "completed",
+      "action": {"type": "screenshot"}, "pending_safety_checks": []},
+     {"type": "computer_call_output", "call_id": "{id}",
+      "output": {"type": "computer_screenshot", "image_url": SCREEN}},
+     lambda img: (img, img + 25), "[computer_screenshot]"),
+    ({"type": "computer_call", "id": "cu_2", "call_id": "{id}", "status": "completed",
+      "action": {"type": "screenshot"}, "pending_safety_checks": []},
+     {"type": "computer_call_output", "call_id": "{id}",
+      "output": {"type": "computer_screenshot", "file_id": "file-3"}},
+     lambda img: (1445, 1445 + 25), "[computer_screenshot]"),
+    ({"type": "custom_tool_call", "call_id": "{id}", "name": "grammar", "input": "raw"},
+     {"type": "custom_tool_call_output", "call_id": "{id}", "output": "ok"},
+     lambda img: (3, 15), "ok"),
+    ({"type": "custom_tool_call", "call_id": "{id}", "name": "grammar", "input": "raw"},
+     {"type": "custom_tool_call_output", "call_id": "{id}", "output": [
+         {"type": "input_text", "text": "drawn"},
+         {"type": "input_image", "image_url": SCREEN}]},  # no detail: priced as high
+     lambda img: (img, img + 25), "drawn[input_image]"),
+    ({"type": "local_shell_call", "id": "lsc_1", "call_id": "{id}", "status": "completed",
+      "action": {"type": "exec", "command": ["make"], "env": {}}},
+     {"type": "local_shell_call_output", "call_id": "{id}", "output": BIG},
+     lambda img: (3000, 3400), BIG),
+    ({"type": "shell_call", "call_id": "{id}", "status": "completed",
+      "action": {"commands": ["make"], "timeout_ms": 1000, "max_output_length": None}},
+     {"type": "shell_call_output", "call_id": "{id}", "output": [
+         {"stdout": BIG, "stderr": "warning: slow\n", "outcome": {"type": "exit",
+                                                                 "exit_code": 0}},
+         {"stdout": "", "stderr": "", "outcome": {"type": "timeout"}}]},
+     lambda img: (3000, 3400), BIG + "warning: slow\n"),
+    ({"type": "apply_patch_call", "call_id": "{id}", "status": "completed",
+      "operation": {"type": "delete_file", "path": "a.txt"}},
+     {"type": "apply_patch_call_output", "call_id": "{id}", "status": "completed",
+      "output": "deleted a.txt"},
+     lambda img: (3, 20), "deleted a.txt"),
+    ({"type": "apply_patch_call", "call_id": "{id}", "status": "completed",
+      "operation": {"type": "delete_file", "path": "b.txt"}},
+     {"type": "apply_patch_call_output", "call_id": "{id}", "status": "failed",
+      "output": None},
+     lambda img: (3, 15), ""),
+]
+
+
+def test_outputs_cover_every_call_output_type() -> None:
+    from memstore.integrations.openai_agents import _CALL_ID_TYPES
+
+    assert {o["type"] for _, o, _, _ in OUTPUTS} == {
+        t for t in _CALL_ID_TYPES if t.endswith("_output")}
+
+
+@pytest.mark.parametrize("counting", ["store", "tiktoken", "approx"])
+async def test_call_outputs_count_what_the_model_receives(
+        store: Any, db_url: str, counting: str) -> None:
+    counted: Any = {"store": store.counter, "tiktoken": TiktokenCounter(),
+                    "approx": ApproxCounter()}[counting]
+    own = store if counting == "store" else await open_store(
+        "sync" if isinstance(store, MemoryStore) else "async", db_url, counted)
+    try:
+        session = MemstoreSession(f"outputs-{counting}", own)
+        history: list[dict[str, Any]] = []
+        for n, (call_item, output, _, _) in enumerate(OUTPUTS):
+            unit = [{"role": "user", "content": f"step {n}"}, _fill(call_item, f"o{n}"),
+                    _fill(output, f"o{n}")]
+            await session.add_items(unit)
+            history += unit
+        assert await session.get_items() == history  # the items, exactly as added
+        tools = [m for m in await call(own.messages(f"outputs-{counting}"))
+                 if m.role == "tool"]
+        assert [m.tool_call_id for m in tools] == [f"o{n}" for n in range(len(OUTPUTS))]
+        price = image_price(counted, SCREEN, "high")
+        for message, (_, output, bounds, text) in zip(tools, OUTPUTS):
+            assert "base64,QUJD" not in message.text and "base64,iVBOR" not in message.text
+            assert text in message.text, (output["type"], message.text[:80])
+            if isinstance(counted, FixedCounter):  # prices no image: only text counts
+                continue
+            low, high = bounds(price)
+            if isinstance(counted, ApproxCounter) and high > 40:  # a ratio, not a tokenizer
+                low, high = low * 3 // 4, high * 4 // 3
+            assert low <= message.token_count <= high, (output["type"], message.token_count)
+        if isinstance(counted, TiktokenCounter):
+            assert price == 765
+        # a budget that holds the history's text but not its images leaves them out
+        view = TokenLimitedView(token_limit=2000)
+        items = await MemstoreSession(f"outputs-{counting}", own, view=view).get_items()
+        assert_valid_history(items)
+        assert items == history[len(history) - len(items):]
+        window = await call(own.window(f"outputs-{counting}", view))
+        assert window.token_count <= 2000
+    finally:
+        if own is not store:
+            await close(own)
+
+
+def test_images_without_a_counter_cost_gpt_4o_prices() -> None:
+    out = {"type": "function_call_output", "call_id": "c", "output": [
+        {"type": "input_image", "image_url": SCREEN, "detail": "high"}]}
+    [message] = items_to_messages([out])
+    assert message.text == "[input_image]" + " ." * 765
+    assert messages_to_items([message]) == [out]
+    [message] = items_to_messages([out], counter=TiktokenCounter())
+    assert 765 <= TiktokenCounter().count_message(message) - 8 <= 770
+
+
+@function_tool
+def screenshot_tool() -> ToolOutputImage:
+    """Take a screenshot."""
+    return ToolOutputImage(image_url=SCREEN, detail="high")
+
+
+class Screen(AsyncComputer):
+    """A computer that only takes screenshots (what the SDK asks of a screenshot action)."""
+
+    @property
+    def environment(self) -> Any:
+        return "browser"
+
+    @property
+    def dimensions(self) -> tuple[int, int]:
+        return (1024, 768)
+
+    async def screenshot(self) -> str:
+        return SCREEN.split(",", 1)[1]
+
+    async def click(self, x: int, y: int, button: Any) -> None: ...
+    async def double_click(self, x: int, y: int) -> None: ...
+    async def scroll(self, x: int, y: int, scroll_x: int, scroll_y: int) -> None: ...
+    async def type(self, text: str) -> None: ...
+    async def wait(self) -> None: ...
+    async def move(self, x: int, y: int) -> None: ...
+    async def keypress(self, keys: list[str]) -> None: ...
+    async def drag(self, path: list[tuple[int, int]]) -> None: ...
+
+
+async def test_runner_images_count_as_images(store: Any, db_url: str) -> None:
+    """A tool's image and a computer screenshot, written by the SDK, count their price."""
+    own = await open_store("sync" if isinstance(store, MemoryStore) else "async", db_url,
+                           TiktokenCounter())
+    try:
+        model = ScriptedModel([
+            [ResponseFunctionToolCall(id="1", type="function_call", call_id="f1",
+                                      name="screenshot_tool", arguments="{}")],
+            [ResponseComputerToolCall(id="cu_1", type="computer_call", call_id="k1",
+                                      status="completed", pending_safety_checks=[],
+                                      action=ActionScreenshot(type="screenshot"))],
+            [text("two screenshots")],
+        ])
+        agent = Agent(name="eye", instructions="Look.", model=model,
+                      tools=[screenshot_tool, ComputerTool(computer=Screen())])
+        session = MemstoreSession("eye", own)
+        await Runner.run(agent, "look twice", session=session)
+        everything = await session.get_items()
+        outputs = [i for i in everything if i.get("type", "").endswith("_call_output")]
+        assert [o["type"] for o in outputs] == ["function_call_output", "computer_call_output"]
+        assert SCREEN in json.dumps(outputs)  # the SDK's items carry the image itself
+        assert_valid_history(everything)
+        tools = [m for m in await call(own.messages("eye")) if m.role == "tool"]
+        assert [m.text.split(" ")[0] for m in tools] == ["[input_image]",
+                                                        "[computer_screenshot]"]
+        assert all(765 <= m.token_count <= 790 for m in tools), [m.token_count for m in tools]
+
+        # the model is handed whole units that fit: one screenshot fits 1000, not two
+        model.outputs = [[text("ok")]]
+        reader = MemstoreSession("eye", own, view=TokenLimitedView(token_limit=1000))
+        window_items = await reader.get_items()
+        assert sum(i.get("type") == "computer_call_output" for i in window_items) == 1
+        assert not any(i.get("type") == "function_call_output" for i in window_items)
+        await Runner.run(agent, "again", session=reader)
+        assert model.inputs[-1][:-1] == window_items
+        assert_valid_history(model.inputs[-1])
+        after = await MemstoreSession("eye", own).get_items()
+        assert after[:len(everything) + 1] == [*everything, {"role": "user", "content": "again"}]
+    finally:
+        await close(own)
 
 
 # ---- the documented example runs ------------------------------------------------------------
