@@ -12,7 +12,8 @@ Install with ``pip install 'memstore[langchain]'`` (langchain-core 1.x).
 Mapping (lossless both ways; :func:`to_memstore` / :func:`from_memstore`):
 
 * ``HumanMessage`` ↔ ``user``; ``AIMessage`` ↔ ``assistant`` (``tool_calls`` ↔
-  memstore tool calls, ``args`` as their JSON ``arguments``; ``invalid_tool_calls``
+  memstore tool calls, ``args`` as their JSON ``arguments``, non-ASCII text unescaped
+  as LangChain sends it; ``invalid_tool_calls``
   with a string id, name and args are memstore tool calls too, their ``args`` text
   verbatim, so the ``ToolMessage`` answering one is not an orphan, and they read back
   as ``invalid_tool_calls``); ``SystemMessage`` ↔
@@ -245,6 +246,21 @@ def _content(content: Any, role: str) -> str | list[TextPart | ImagePart]:
     return parts
 
 
+def _arguments(args: dict[str, Any]) -> str:
+    """``args`` as the JSON arguments string LangChain sends (non-ASCII unescaped).
+
+    ``convert_to_openai_messages`` writes ``json.dumps(args, ensure_ascii=False)``, so
+    that is what a budget counts. A lone surrogate in ``args`` would stay raw there,
+    which memstore cannot store: that text keeps JSON's escapes (it reads back equal).
+    """
+    text = json.dumps(args, ensure_ascii=False)  # (JSON escapes NUL either way)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate
+        return json.dumps(args)
+    return text
+
+
 def _tool_calls(calls: Sequence[dict[str, Any]]) -> list[ToolCall] | None:
     """The memstore tool calls standing exactly for LangChain's, else ``None``."""
     out: list[ToolCall] = []
@@ -253,7 +269,7 @@ def _tool_calls(calls: Sequence[dict[str, Any]]) -> list[ToolCall] | None:
         if not (isinstance(call_id, str) and isinstance(name, str) and isinstance(args, dict)):
             return None
         try:
-            out.append(ToolCall(id=call_id, name=name, arguments=json.dumps(args)))
+            out.append(ToolCall(id=call_id, name=name, arguments=_arguments(args)))
         except (TypeError, ValueError):  # not JSON, or not a valid memstore call
             return None
     if [_lc_call(c) for c in out] != list(calls):

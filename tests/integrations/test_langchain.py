@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import gc
 import itertools
+import json
 from typing import Any
 
 import pytest
@@ -383,6 +384,40 @@ def test_valid_and_invalid_tool_calls_in_one_message() -> None:
         ("v", "f", '{"a": 1}'), ("i", "g", "{")]
     assert from_memstore([stored]) == [message]
 
+
+
+async def test_tool_call_arguments_are_stored_as_langchain_sends_them(store: Any) -> None:
+    """Non-ASCII arguments are stored unescaped (``ensure_ascii=False``, what
+    ``convert_to_openai_messages`` sends), so they are counted as the model gets them."""
+    args = {"query": "北京今天的天气怎么样，明天会下雨吗？请给出详细的预报", "emoji": "☔🌧"}
+    ai = AIMessage("", tool_calls=[{"name": "search", "args": args, "id": "c1"}])
+    answer = ToolMessage("晴", tool_call_id="c1")
+    stored = to_memstore(ai)
+    sent = convert_to_openai_messages([ai])[0]
+    arguments = sent["tool_calls"][0]["function"]["arguments"]
+    assert arguments == json.dumps(args, ensure_ascii=False)
+    assert [c.arguments for c in stored.tool_calls or ()] == [arguments]
+    counter = TiktokenCounter()
+    assert counter.count_message(stored) == counter.count_message(Message.from_openai(sent))
+    assert from_memstore([stored]) == [ai]
+    # through the database: the same text, read back as the same messages
+    history = MemstoreChatMessageHistory("unicode-args", store)
+    await history.aadd_messages([HumanMessage("天气?"), ai, answer])
+    rows = await call(store.messages("unicode-args"))
+    assert [c.arguments for c in rows[1].tool_calls or ()] == [arguments]
+    assert "\\u" not in rows[1].tool_calls[0].arguments
+    assert from_memstore(rows) == [HumanMessage("天气?"), ai, answer]
+    assert await history.aget_messages() == [HumanMessage("天气?"), ai, answer]
+
+
+def test_arguments_memstore_cannot_store_raw_keep_their_escapes() -> None:
+    """A lone surrogate cannot be stored as text: those arguments keep JSON's escapes."""
+    args = {"text": "北京 \ud800"}
+    ai = AIMessage("", tool_calls=[{"name": "f", "args": args, "id": "c1"}])
+    stored = to_memstore(ai)
+    assert [c.arguments for c in stored.tool_calls or ()] == [json.dumps(args)]
+    assert "\\ud800" in json.dumps(args) and "\\u5317" in stored.tool_calls[0].arguments
+    assert from_memstore([stored]) == [ai]
 
 async def test_changing_returned_messages_does_not_change_the_history(store: Any) -> None:
     history = MemstoreChatMessageHistory("mut", store)
