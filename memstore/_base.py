@@ -35,13 +35,11 @@ from memstore._validate import (
     check_counter_name,
     check_json,
     check_json_size,
-    check_size,
     check_token_count,
     is_async_callable,
     refuse_awaitable,
     short_repr,
     text_problem,
-    utf8_size,
 )
 from memstore.errors import (
     ConfigurationError,
@@ -59,6 +57,7 @@ from memstore.models import (
     Summary,
     checked_message,
 )
+from memstore.strategies import summary_text
 from memstore.tokens import TokenCounter, count_each, default_counter, validate_counter
 from memstore.views import ContextView
 
@@ -736,28 +735,6 @@ class SummarizerCall:
 
 
 SummarizeSteps = Generator[Plan | SummarizerCall, Any, Summary | None]
-
-
-def summary_text(output: Any) -> str:
-    """The text of a summarizer's result (a ``str`` or a :class:`Message`)."""
-    if isinstance(output, Message):
-        text = output.text
-    elif isinstance(output, str):
-        text = output
-    else:
-        raise InvalidInputError(
-            f"a summarizer must return a str or a Message, not {type(output).__name__}"
-        )
-    if not text.strip():
-        raise InvalidInputError("the summarizer returned an empty summary")
-    problem = text_problem(text)
-    if problem is not None:
-        raise InvalidInputError(f"the summary {problem}")
-    try:
-        check_size(utf8_size(text), "the summary")
-    except ValueError as exc:
-        raise InvalidInputError(str(exc)) from None
-    return text
 
 
 def summarize_steps(

@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from memstore._viewparts import MAX_VIEW_INT
 from memstore.errors import (
     ConfigurationError,
     ContextBudgetError,
@@ -76,11 +77,20 @@ from memstore.strategies import (
     SummarizeCall,
     Summarizer,
     TruncateOldest,
+    checked_tokens,
+    is_anchored_unit,
+    newest_unit,
     splits_units,
     units_of,
 )
-from memstore.tokens import TokenCounter, default_counter, message_tokens, validate_counter
-from memstore.views import ContextView, TokenLimitedView
+from memstore.tokens import (
+    TokenCounter,
+    count_tool_schemas,
+    default_counter,
+    validate_counter,
+)
+from memstore.tokens._base import _check_count
+from memstore.views import ContextView, RecentTurnsView, TokenLimitedView
 
 if TYPE_CHECKING:  # pragma: no cover - typing only; the builder never imports a store
     from memstore.aio import AsyncMemoryStore
@@ -138,12 +148,19 @@ class HistoryBlock:
       actually gets plus the reply priming (the view counts priming, the builder
       charges it once for the whole output) and with the builder's counter, so it
       reads O(window) rows, never the whole history. Its other settings
-      (``reserve``, ``tools``, ``start_on_user`` …) are kept;
+      (``reserve``, ``tools``, ``start_on_user`` …) are kept. The view does the
+      truncation (oldest first); when it leaves messages out for the budget the
+      block did not fit: :class:`Strict` raises, :class:`Drop` drops the block,
+      :class:`TruncateOldest` keeps the window (``keep_turns_atomic`` reads it with
+      ``start_on_user=True``) and the report labels the block ``"truncated"``.
+      :class:`Summarize` and ``TruncateOldest(protect_roles=...)`` need a
+      count-based view (a :class:`~memstore.errors.ConfigurationError` when the
+      :class:`Block` is made);
     * when the view's required part (anchored messages and the newest unit) does
       not fit that budget, the view is read again with exactly the budget it needs
       and the block's strategy decides: :class:`Strict` raises, :class:`Drop`
-      drops, :class:`TruncateOldest` removes what is not anchored, :class:`Summarize`
-      summarises what was read;
+      drops, :class:`TruncateOldest` raises
+      :class:`~memstore.errors.ContextBudgetError` (it never drops the question);
     * a count-based view (``BufferedView``, ``RecentTurnsView`` …) is applied as it
       is, then the block's strategy trims if needed.
 
@@ -207,7 +224,11 @@ class Block:
     Raises:
         ConfigurationError: (a ``ValueError``) ``strategy=None``, both or neither of
             ``messages``/``history``, a ``max_tokens`` <= 0, a non-int tier, a
-            non-Message in ``messages`` or a ``cache_control`` that is not a JSON object.
+            non-Message in ``messages``, a ``cache_control`` that is not a JSON object,
+            or a history block whose budgeted view cannot serve its strategy
+            (:class:`Summarize`, ``TruncateOldest(protect_roles=...)``, or
+            ``TruncateOldest(keep_turns_atomic=True)`` with a view that has no
+            ``start_on_user``).
     """
 
     id: str
@@ -255,6 +276,8 @@ class Block:
                     )
         if history is not None and not isinstance(history, HistoryBlock):
             raise ConfigurationError(f"{where}: history must be a HistoryBlock, got {history!r}")
+        if history is not None:
+            _check_history_strategy(where, strategy, history.view)
         if max_tokens is not None and (
             not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens <= 0
         ):
@@ -272,6 +295,42 @@ class Block:
                             ("messages", copied), ("history", history),
                             ("max_tokens", max_tokens), ("cache_control", control)):
             object.__setattr__(self, name, value)
+
+
+def _is_budgeted(view: ContextView | None) -> bool:
+    """Whether the builder sizes ``view`` to the block's budget (``None``: a TokenLimitedView)."""
+    return view is None or (view.budgeted and "token_limit" in _view_fields(view))
+
+
+def _check_history_strategy(where: str, strategy: Strategy, view: ContextView | None) -> None:
+    """Refuse the strategies a budgeted history view cannot serve in O(window)."""
+    if not _is_budgeted(view):
+        return
+    name = "TokenLimitedView" if view is None else type(view).__name__
+    if isinstance(strategy, Summarize):
+        raise ConfigurationError(
+            f"{where}: Summarize cannot serve a history block read through a budgeted view "
+            f"({name}): the view already trims the history to the budget, and summarizing "
+            "what it leaves out would re-read and re-summarize the whole history on every "
+            "compile. Keep a persistent summary instead: call store.summarize(...) as the "
+            "conversation grows and read it with HistoryBlock(store, id, SummaryView(...)) "
+            "(see docs/summaries.md), or give the block a count-based view (BufferedView, "
+            "RecentTurnsView, ...) to summarize what does not fit on each compile"
+        )
+    if isinstance(strategy, TruncateOldest):
+        if strategy.protect_roles:
+            raise ConfigurationError(
+                f"{where}: TruncateOldest(protect_roles={list(strategy.protect_roles)}) needs "
+                f"a count-based view (BufferedView, RecentTurnsView, ...): the budgeted view "
+                f"({name}) trims the history oldest first and cannot protect roles"
+            )
+        if (strategy.keep_turns_atomic and view is not None
+                and "start_on_user" not in _view_fields(view)):
+            raise ConfigurationError(
+                f"{where}: TruncateOldest(keep_turns_atomic=True) on a budgeted view needs "
+                f"start_on_user, which {name} does not have; use TokenLimitedView or a "
+                "count-based view (BufferedView, RecentTurnsView, ...)"
+            )
 
 
 # ---- results ----------------------------------------------------------------------------
@@ -452,6 +511,16 @@ def _min_view_limit(view: ContextView | None) -> int:
     return max(1, (reserve if isinstance(reserve, int) else 0) + 1)
 
 
+#: Omission reasons that mean "left out for the budget": TokenLimitedView and
+#: SummaryView say ``"budget"``, ScoreBasedView ``"score"``.
+_BUDGET_REASONS = frozenset({"budget", "score"})
+
+
+def _left_out_for_budget(report: WindowReport) -> int:
+    """How many messages a budgeted view left out because they did not fit."""
+    return sum(o.count for o in report.omitted if o.reason in _BUDGET_REASONS)
+
+
 class ContextBuilder:
     """Allocate one token budget over tiered blocks.
 
@@ -464,13 +533,15 @@ class ContextBuilder:
     thread-safe while blocks are being added or removed.
 
     Args:
-        max_tokens: the budget (an int >= 1, at least the counter's priming).
+        max_tokens: the budget (an int from 1 to 2**53 - 1, the views' limit, and at
+            least the counter's priming).
         counter: the token counter; defaults to the offline cl100k
             :class:`~memstore.tokens.TiktokenCounter`.
 
     Raises:
-        ConfigurationError: (a ``ValueError``) ``max_tokens`` <= 0 or below the reply
-            priming, or ``counter`` is not a ``TokenCounter``.
+        ConfigurationError: (a ``ValueError``) ``max_tokens`` <= 0, above 2**53 - 1 or
+            below the reply priming, ``counter`` is not a ``TokenCounter``, or its
+            ``count_messages([])`` is not an int >= 0.
     """
 
     def __init__(self, max_tokens: int, counter: TokenCounter | None = None) -> None:
@@ -478,11 +549,16 @@ class ContextBuilder:
             raise ConfigurationError(
                 f"ContextBuilder max_tokens must be an int >= 1, got {max_tokens!r}"
             )
+        if max_tokens > MAX_VIEW_INT:
+            raise ConfigurationError(
+                f"ContextBuilder max_tokens must be <= 2**53 - 1 ({MAX_VIEW_INT}), the largest "
+                f"token limit a view takes, got {max_tokens}"
+            )
         if counter is None:
             counter = default_counter()
         else:  # name, count_message and count_messages are all a counter must have
             counter = validate_counter(counter, "ContextBuilder counter")
-        priming = counter.count_messages([])
+        priming = _check_count(counter, "count_messages([])", counter.count_messages([]))
         if priming > max_tokens:
             raise ConfigurationError(
                 f"ContextBuilder max_tokens ({max_tokens}) is below the counter's reply "
@@ -529,8 +605,10 @@ class ContextBuilder:
         """Remove the block ``id``; returns the builder.
 
         Raises:
+            ConfigurationError: (a ``ValueError``) ``id`` is not a non-empty string.
             NotFoundError: (a ``LookupError``) no block has this id.
         """
+        _check_block_id(id)
         if id not in self._blocks:
             raise NotFoundError(f"no block with id {id!r}")
         del self._blocks[id]
@@ -540,12 +618,16 @@ class ContextBuilder:
         """Compile the blocks into one context.
 
         Raises:
-            ContextBudgetError: a :class:`Strict` block does not fit, protected messages
-                do not fit a :class:`TruncateOldest` block, or a custom strategy (or a
-                view) exceeded the block's budget.
+            ContextBudgetError: a :class:`Strict` block does not fit (for a history
+                block: its budgeted view left messages out), protected messages (in a
+                history block: with the newest unit, or with ``keep_turns_atomic`` its
+                whole turn) do not fit a :class:`TruncateOldest` or :class:`Summarize`
+                block, or a custom strategy exceeded the block's budget.
             ConfigurationError: a history block reads an ``AsyncMemoryStore``, a
-                summarizer is async (use :meth:`acompile`), or a custom strategy split
-                a tool unit.
+                summarizer is async (use :meth:`acompile`), a custom strategy split
+                a tool unit, or the counter returned a count that is not an int >= 0.
+            InvalidInputError: a summarizer returned an empty summary, or one that
+                ``store.summarize`` would refuse (a NUL character, ...).
         """
         steps = self._steps()
         value: Any = None
@@ -582,43 +664,120 @@ class ContextBuilder:
 
     # ---- internals ----------------------------------------------------------------------
 
+    def _read_sized(
+        self, block: Block, budget: int, start_on_user: bool,
+    ) -> Generator[_Request, Any, tuple[ContextWindow | None, ContextView]]:
+        """Read a budgeted history view sized to ``budget`` (plus the reply priming)."""
+        history = block.history
+        assert history is not None
+        view = history.view
+        names = _view_fields(view) if view is not None else set()
+        limit = max(budget + self._priming, _min_view_limit(view))
+        for _ in range(8):
+            if view is None:
+                sized: ContextView = TokenLimitedView(
+                    token_limit=limit, counter=self._counter, start_on_user=start_on_user)
+            else:
+                changes: dict[str, Any] = {"token_limit": limit}
+                if "counter" in names:
+                    changes["counter"] = self._counter
+                if start_on_user:
+                    changes["start_on_user"] = True
+                sized = dataclasses.replace(cast(Any, view), **changes)
+            try:
+                window = yield _ReadWindow(history, sized, block.id)
+            except ContextBudgetError as exc:
+                # The required part (anchored messages + newest unit) does not fit:
+                # read exactly that part, and let the block's strategy decide.
+                limit = max(exc.required, limit + 1)
+                if limit > MAX_VIEW_INT:
+                    raise ContextBudgetError(
+                        f"block {block.id!r}: its anchored messages and newest unit need "
+                        f"{exc.required} tokens and its budget is {budget}",
+                        required=exc.required, budget=budget,
+                    ) from exc
+                continue
+            return window, sized
+        raise ContextBudgetError(  # pragma: no cover - a conversation growing while read
+            f"block {block.id!r}: the conversation's newest unit kept growing while "
+            "it was being read", required=limit, budget=budget,
+        )
+
     def _read_history(
         self, block: Block, budget: int
-    ) -> Generator[_Request, Any, tuple[list[Message], WindowReport]]:
+    ) -> Generator[_Request, Any, tuple[list[Message], WindowReport, int]]:
+        """Read a history block's window.
+
+        Returns its messages, the view's report, and how many messages a budgeted
+        view left out for the budget (0 for a count-based view).
+        """
         history = block.history
         assert history is not None
         counter = self._counter
         view = history.view
-        if view is None or (view.budgeted and "token_limit" in _view_fields(view)):
-            names = _view_fields(view) if view is not None else set()
-            limit = max(budget + self._priming, _min_view_limit(view))
-            for _ in range(8):
-                if view is None:
-                    sized: ContextView = TokenLimitedView(token_limit=limit, counter=counter)
-                else:
-                    changes: dict[str, Any] = {"token_limit": limit}
-                    if "counter" in names:
-                        changes["counter"] = counter
-                    sized = dataclasses.replace(cast(Any, view), **changes)
-                try:
-                    window = yield _ReadWindow(history, sized, block.id)
-                except ContextBudgetError as exc:
-                    # The required part (anchored messages + newest unit) does not fit:
-                    # read exactly that part, and let the block's strategy decide.
-                    limit = max(exc.required, limit + 1)
-                    continue
-                break
-            else:  # pragma: no cover - a conversation growing faster than it is read
-                raise ContextBudgetError(
-                    f"block {block.id!r}: the conversation's newest unit kept growing while "
-                    "it was being read", required=limit, budget=budget,
-                )
-        else:
-            sized = view
+        if not _is_budgeted(view):
+            assert view is not None
             window = yield _ReadWindow(history, view, block.id)
+            if window is None:  # not stored yet: an empty block
+                return [], view.apply([], counter).report, 0
+            return list(window.messages), window.report, 0
+        strategy = block.strategy
+        turns = isinstance(strategy, TruncateOldest) and strategy.keep_turns_atomic
+        forced = turns and not getattr(view, "start_on_user", False)
+        window, sized = yield from self._read_sized(block, budget, forced)
         if window is None:  # not stored yet: an empty block
-            return [], sized.apply([], counter).report
-        return list(window.messages), window.report
+            return [], sized.apply([], counter).report, 0
+        left_out = _left_out_for_budget(window.report)
+        if forced and not left_out and any(
+                o.reason == "start_on_user" for o in window.report.omitted):
+            # The whole history fit: start_on_user only cut the units before the first
+            # user message, which a block that fits keeps. Read it as configured.
+            window, sized = yield from self._read_sized(block, budget, False)
+            assert window is not None
+            left_out = _left_out_for_budget(window.report)
+        messages = list(window.messages)
+        if turns and left_out:
+            first = next((m for s, e in units_of(messages)
+                          if not is_anchored_unit(messages[s:e]) for m in messages[s:e]), None)
+            if first is not None and first.role != "user":
+                # The view could not reach the question of the turn being answered (or
+                # there is none): read that turn alone, O(turn), to tell which.
+                turn = yield _ReadWindow(history, RecentTurnsView(max_turns=1), block.id)
+                needed = sum(checked_tokens(m, counter) for m in turn.messages) if turn else 0
+                # What the view keeps free beside the messages (its reserve, tool schemas).
+                reserve = getattr(sized, "reserve", 0)
+                needed += (reserve if isinstance(reserve, int) else 0) + count_tool_schemas(
+                    counter, getattr(sized, "tools", None))
+                if needed > budget:
+                    raise ContextBudgetError(
+                        f"block {block.id!r}: the turn being answered (its user message and "
+                        f"everything after it) with the anchored messages needs {needed} "
+                        f"tokens and its budget is {budget} (TruncateOldest(keep_turns_atomic="
+                        "True) never sends a reply without its question)",
+                        required=needed, budget=budget,
+                    )
+        return messages, window.report, left_out
+
+    def _view_truncated(
+        self, block: Block, messages: list[Message], counts: list[int], budget: int,
+        newest: tuple[int, int] | None, left_out: int,
+    ) -> list[Message]:
+        """The block's strategy when its budgeted view left ``left_out`` messages out."""
+        strategy = block.strategy
+        if isinstance(strategy, Strict):
+            # The rest of the history is never read to be counted: ``required`` is the
+            # least it could be.
+            raise ContextBudgetError(
+                f"block {block.id!r}: its history does not fit its budget of {budget} tokens "
+                f"(the view left out {left_out} message(s) for the budget) (Strict)",
+                required=budget + 1, budget=budget,
+            )
+        if isinstance(strategy, Drop):
+            return []
+        if isinstance(strategy, TruncateOldest):
+            # Nothing more to remove for the budget; min_messages still applies.
+            return strategy._truncate(block.id, messages, counts, budget, newest)[0]
+        return messages  # a custom strategy: the view's truncation stands
 
     def _steps(self) -> Generator[_Request, Any, CompiledContext]:
         counter = self._counter
@@ -633,26 +792,30 @@ class ContextBuilder:
         ordered = sorted(self._blocks.values(), key=lambda b: int(b.tier))
         for block in ordered:
             budget = remaining if block.max_tokens is None else min(block.max_tokens, remaining)
+            left_out = 0
+            newest: tuple[int, int] | None = None
             if block.history is not None:
-                messages, window_report = yield from self._read_history(block, budget)
+                messages, window_report, left_out = yield from self._read_history(block, budget)
                 history_reports[block.id] = window_report
+                # The turn being answered: the newest unit that is not anchored, as the
+                # views keep it (a system reminder after the question does not replace it).
+                newest = newest_unit(messages)
             else:
                 messages = list(block.messages or ())
             if not messages:
                 continue
-            counts = [message_tokens(m, counter) for m in messages]
+            counts = [checked_tokens(m, counter) for m in messages]
             tokens = sum(counts)
             original_per_block[block.id] = tokens
-            if tokens <= budget:
+            strategy = block.strategy
+            if tokens <= budget and not left_out:
                 kept = messages
+            elif tokens <= budget:
+                # A budgeted view left messages out for the budget: the block did not fit,
+                # and the view did the truncation (oldest first, O(window)).
+                kept = self._view_truncated(block, messages, counts, budget, newest, left_out)
+                evictions[block.id] = "dropped" if isinstance(strategy, Drop) else "truncated"
             else:
-                strategy = block.strategy
-                # A history block's newest unit is the turn being answered: the built-in
-                # strategies keep it as they keep anchored messages (views never drop it).
-                newest = 0
-                if block.history is not None:
-                    start, end = units_of(messages)[-1]
-                    newest = end - start
                 kept = yield from strategy._evict(block.id, messages, counts, budget, counter,
                                                   newest)
                 if not isinstance(kept, list) or not all(isinstance(m, Message) for m in kept):
@@ -666,14 +829,15 @@ class ContextBuilder:
                         "unit (a call without all its results, or a result without its call)"
                     )
                 evictions[block.id] = strategy.label
-                if not kept:
-                    dropped.append(block.id)
-                    per_block[block.id] = 0
-                    continue
-                counts = [message_tokens(m, counter) for m in kept]
+            if not kept:
+                dropped.append(block.id)
+                per_block[block.id] = 0
+                continue
+            if kept is not messages:
+                counts = [checked_tokens(m, counter) for m in kept]
             if block.cache_control is not None:
                 kept = [*kept[:-1], _stamp(kept[-1], block.cache_control)]
-                counts = [*counts[:-1], counter.count_message(kept[-1])]
+                counts = [*counts[:-1], checked_tokens(kept[-1], counter)]
             used = sum(counts)
             if used > budget:
                 raise ContextBudgetError(

@@ -27,6 +27,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from memstore._validate import text_problem
 from memstore.errors import ConfigurationError, InvalidInputError
 from memstore.models import ANCHOR_ROLES, Message, TextPart
 
@@ -173,8 +174,9 @@ def inject_into_system(
 
     Raises:
         InvalidInputError: (a ``ValueError``) the message is not a system/developer
-            message, an item is neither a string nor a Message, or the formatter
-            does not return a string.
+            message, the formatter is not callable, an item is neither a string nor a
+            Message, or the formatter does not return a string (or returns one holding a
+            NUL character or a surrogate code point).
     """
     if not isinstance(system_message, Message) or system_message.role not in ANCHOR_ROLES:
         role = getattr(system_message, "role", type(system_message).__name__)
@@ -185,6 +187,11 @@ def inject_into_system(
         raise InvalidInputError(
             f"items must be a list of strings or Messages, not {type(items).__name__}"
         )
+    if not callable(formatter):
+        raise InvalidInputError(
+            f"formatter must be a callable (list[str]) -> str such as XMLFormatter() or "
+            f"MarkdownListFormatter(heading), got {formatter!r}"
+        )
     texts = [_item_text(item, i) for i, item in enumerate(items)]
     if not texts:
         return system_message
@@ -193,6 +200,9 @@ def inject_into_system(
         raise InvalidInputError(
             f"the formatter returned a {type(formatted).__name__}, not a string"
         )
+    problem = text_problem(formatted)
+    if problem is not None:
+        raise InvalidInputError(f"the formatter's text {problem}")
     content = system_message.content
     if content is None:
         parts: list[TextPart] = []

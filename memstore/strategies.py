@@ -19,10 +19,17 @@ from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from memstore._validate import is_async_callable, refuse_awaitable
-from memstore.errors import ConfigurationError, ContextBudgetError
+from memstore._validate import (
+    check_size,
+    is_async_callable,
+    refuse_awaitable,
+    text_problem,
+    utf8_size,
+)
+from memstore.errors import ConfigurationError, ContextBudgetError, InvalidInputError
 from memstore.models import ANCHOR_ROLES, Message
 from memstore.tokens import TokenCounter, message_tokens
+from memstore.tokens._base import _check_count
 
 __all__ = [
     "Drop",
@@ -98,6 +105,34 @@ def splits_units(original: Sequence[Message], output: Sequence[Message]) -> bool
     return any(run not in given for run in incomplete)
 
 
+def checked_tokens(message: Message, counter: TokenCounter) -> int:
+    """:func:`~memstore.tokens.message_tokens`, with the counter's answer checked.
+
+    Raises:
+        ConfigurationError: (a ``ValueError``) the counter's ``count_message`` did not
+            return an int >= 0 (the error names the counter).
+    """
+    return _check_count(counter, "count_message", message_tokens(message, counter))
+
+
+def is_anchored_unit(messages: Sequence[Message]) -> bool:
+    """Whether a unit holds a ``system``, ``developer`` or pinned message."""
+    return any(m.pinned or m.role in ANCHOR_ROLES for m in messages)
+
+
+def newest_unit(messages: Sequence[Message]) -> tuple[int, int] | None:
+    """Index range ``[start, end)`` of the newest unit that holds no anchored message.
+
+    This is the unit every view keeps (the turn being answered); the anchored
+    messages after it (a system reminder, a pinned note) do not take its place.
+    ``None`` when every unit is anchored.
+    """
+    for start, end in reversed(units_of(messages)):
+        if not is_anchored_unit(messages[start:end]):
+            return start, end
+    return None
+
+
 # ---- strategies -------------------------------------------------------------------------
 
 
@@ -134,13 +169,14 @@ class Strategy(abc.ABC):
 
     def _evict(
         self, block_id: str, messages: list[Message], counts: list[int], limit: int,
-        counter: TokenCounter, newest: int = 0,
+        counter: TokenCounter, newest: tuple[int, int] | None = None,
     ) -> Generator[Any, Any, list[Message]]:
         """The builder's entry point (a generator so that a step may await).
 
-        ``newest``: for a history block, the length of its newest unit (the turn being
-        answered), which :class:`TruncateOldest` and :class:`Summarize` keep as they
-        keep anchored messages. Custom strategies decide for themselves.
+        ``newest``: for a history block, the index range of its newest unit that
+        holds no anchored message (the turn being answered, :func:`newest_unit`),
+        which :class:`TruncateOldest` and :class:`Summarize` keep as they keep
+        anchored messages. Custom strategies decide for themselves.
         """
         return (yield from _no_requests(self.apply(list(messages), sum(counts), limit, counter)))
 
@@ -174,7 +210,7 @@ class Strict(Strategy):
 
     def _evict(
         self, block_id: str, messages: list[Message], counts: list[int], limit: int,
-        counter: TokenCounter, newest: int = 0,
+        counter: TokenCounter, newest: tuple[int, int] | None = None,
     ) -> Generator[Any, Any, list[Message]]:
         raise _budget_error(block_id, sum(counts), limit)
         yield  # pragma: no cover - makes this a generator
@@ -213,15 +249,26 @@ class TruncateOldest(Strategy):
     * ``system``, ``developer`` and pinned messages are never removed; roles in
       ``protect_roles`` are added to them. A unit holding a protected message is
       protected whole (removing a turn removes its unprotected units only). In a
-      history block (:class:`~memstore.builder.HistoryBlock`) the newest unit, the
-      turn being answered, is protected too.
+      history block (:class:`~memstore.builder.HistoryBlock`) the newest unit that
+      holds no anchored message (the turn being answered, as every view keeps it)
+      is protected too; with ``keep_turns_atomic``, so is the whole turn holding it
+      (its user message and everything after it).
     * If only protected messages are left and they still do not fit:
       :class:`~memstore.errors.ContextBudgetError` naming the block (protected
       messages never vanish silently; this wins over ``min_messages``).
-    * Otherwise, if fewer than ``min_messages`` messages would remain, the block is
-      dropped (still labelled ``"truncated"``; its id is in ``blocks_dropped``).
+    * Otherwise, if fewer than ``min_messages`` messages would remain, every
+      unprotected message is removed and the protected ones stay; the block is
+      dropped (its id in ``blocks_dropped``) only when it holds no protected
+      message. Either way it is labelled ``"truncated"``.
 
     Cost: one pass over per-message counts (a running total), never a recount.
+
+    On a history block read through a budgeted view (the default), the view does the
+    truncation (oldest first, O(window)) and this strategy keeps its window, labelled
+    ``"truncated"`` when the view left messages out; ``keep_turns_atomic`` reads the
+    view with ``start_on_user=True``, ``min_messages`` applies as above, and
+    ``protect_roles`` needs a count-based view (a
+    :class:`~memstore.errors.ConfigurationError` when the block is made).
 
     Args:
         keep_turns_atomic: remove whole user turns.
@@ -253,6 +300,12 @@ class TruncateOldest(Strategy):
             raise ConfigurationError(
                 f"TruncateOldest protect_roles must be a sequence of roles, got {roles!r}"
             )
+        roles = tuple(roles)
+        not_str = [r for r in roles if not isinstance(r, str)]
+        if not_str:
+            raise ConfigurationError(
+                f"TruncateOldest protect_roles must hold role names (strings), got {not_str[0]!r}"
+            )
         normalized = tuple(dict.fromkeys(roles))
         known = ("system", "developer", "user", "assistant", "tool")
         unknown = [r for r in normalized if r not in known]
@@ -265,24 +318,26 @@ class TruncateOldest(Strategy):
     def apply(self, messages: list[Message], tokens: int, limit: int,
               counter: TokenCounter) -> list[Message]:
         """Truncate ``messages`` to ``limit`` (see the class rules)."""
-        counts = [message_tokens(m, counter) for m in messages]
+        counts = [checked_tokens(m, counter) for m in messages]
         return self._truncate("<block>", messages, counts, limit)[0]
 
     def _evict(
         self, block_id: str, messages: list[Message], counts: list[int], limit: int,
-        counter: TokenCounter, newest: int = 0,
+        counter: TokenCounter, newest: tuple[int, int] | None = None,
     ) -> Generator[Any, Any, list[Message]]:
         return (yield from _no_requests(
             self._truncate(block_id, messages, counts, limit, newest)[0]))
 
     def _truncate(self, block_id: str, messages: Sequence[Message], counts: Sequence[int],
-                  limit: int, newest: int = 0) -> tuple[list[Message], int]:
+                  limit: int, newest: tuple[int, int] | None = None,
+                  ) -> tuple[list[Message], int]:
+        """Truncate to ``limit``; returns the kept messages and their tokens."""
         protected_roles = ANCHOR_ROLES | set(self.protect_roles)
         units = units_of(messages)
         unit_tokens = [sum(counts[s:e]) for s, e in units]
         unit_protected = [
             any(m.pinned or m.role in protected_roles for m in messages[s:e])
-            or e > len(messages) - newest  # a history block's newest unit
+            or (newest is not None and s < newest[1] and e > newest[0])  # the newest unit
             for s, e in units
         ]
         # Removal groups, oldest first: single units, or whole turns.
@@ -295,6 +350,13 @@ class TruncateOldest(Strategy):
             else:
                 groups.append([u])
             seen_user = seen_user or starts_turn
+        if self.keep_turns_atomic and newest is not None:
+            # The turn being answered stays whole: no call without its question.
+            for group in groups:
+                if any(unit_protected[u] and units[u][0] < newest[1]
+                       and units[u][1] > newest[0] for u in group):
+                    for u in group:
+                        unit_protected[u] = True
         total = sum(unit_tokens)
         removed = [False] * len(units)
         for group in groups:
@@ -305,17 +367,23 @@ class TruncateOldest(Strategy):
                     removed[u] = True
                     total -= unit_tokens[u]
         if total > limit:
+            newest_part = ""
+            if newest is not None:
+                newest_part = (", the newest unit's turn" if self.keep_turns_atomic
+                               else ", the newest unit")
             raise ContextBudgetError(
                 f"block {block_id!r}: its protected messages (system, developer, pinned"
                 + (f", {', '.join(self.protect_roles)}" if self.protect_roles else "")
-                + (", the newest unit" if newest else "")
+                + newest_part
                 + f") need {total} tokens and its budget is {limit} (TruncateOldest)",
                 required=total, budget=limit,
             )
-        kept = [m for u, (s, e) in enumerate(units) if not removed[u] for m in messages[s:e]]
-        if len(kept) < self.min_messages:
-            return [], 0
-        return kept, total
+        kept_units = [u for u in range(len(units)) if not removed[u]]
+        if sum(units[u][1] - units[u][0] for u in kept_units) < self.min_messages:
+            # Too few to be worth keeping: the unprotected ones go, the protected stay.
+            kept_units = [u for u in kept_units if unit_protected[u]]
+        kept = [m for u in kept_units for m in messages[units[u][0]:units[u][1]]]
+        return kept, sum(unit_tokens[u] for u in kept_units)
 
 
 @dataclass(frozen=True)
@@ -323,11 +391,14 @@ class Summarize(Strategy):
     """Replace the block by a summary when it does not fit (label ``"summarized"``).
 
     Anchored messages (``system``, ``developer``, pinned; a tool unit holding one is
-    anchored whole), and in a history block its newest unit, are never removed: they
-    stay, in their order, and the summarizer is called once with the block's other
-    messages. A
-    ``str`` result becomes a ``system`` message; a :class:`~memstore.models.Message`
-    is used as it is. It takes the place of the first message it stands for. If the
+    anchored whole), and in a history block its newest unit that holds no anchored
+    message, are never removed: they stay, in their order, and the summarizer is
+    called once with the block's other messages. A ``str`` result becomes a
+    ``system`` message; a :class:`~memstore.models.Message` is used as it is. The
+    summary is checked as ``store.summarize`` checks it: an empty or whitespace-only
+    text, a NUL character or a surrogate code point is an
+    :class:`~memstore.errors.InvalidInputError` naming the block. It takes the place
+    of the first message it stands for. If the
     anchored messages and the summary fit the block's budget they replace the block;
     otherwise the summary is left out too, and the block is the anchored messages
     alone (dropped when it has none: still labelled ``"summarized"``, its id in
@@ -336,6 +407,13 @@ class Summarize(Strategy):
     anchored messages only is not summarized. The summarizer's errors propagate
     unchanged. An ``async`` summarizer works only under
     :meth:`~memstore.builder.ContextBuilder.acompile`.
+
+    A history block read through a budgeted view (the default) cannot use it: the
+    :class:`~memstore.builder.Block` refuses it with a
+    :class:`~memstore.errors.ConfigurationError`, since summarizing what the view
+    leaves out would re-read and re-summarize the whole history on every compile.
+    ``store.summarize`` with a :class:`~memstore.summary_view.SummaryView` keeps a
+    persistent summary in O(window); a count-based view works with ``Summarize``.
 
     Args:
         summarizer: ``(list[Message]) -> str | Message``, sync or async.
@@ -357,7 +435,7 @@ class Summarize(Strategy):
     def apply(self, messages: list[Message], tokens: int, limit: int,
               counter: TokenCounter) -> list[Message]:
         """Summarize with a sync summarizer (see the class rules)."""
-        counts = [message_tokens(m, counter) for m in messages]
+        counts = [checked_tokens(m, counter) for m in messages]
         steps = self._evict("<block>", messages, counts, limit, counter)
         try:
             call = next(steps)
@@ -368,19 +446,19 @@ class Summarize(Strategy):
 
     def _evict(
         self, block_id: str, messages: list[Message], counts: list[int], limit: int,
-        counter: TokenCounter, newest: int = 0,
+        counter: TokenCounter, newest: tuple[int, int] | None = None,
     ) -> Generator[Any, Any, list[Message]]:
         anchored = [False] * len(messages)
         for s, e in units_of(messages):
-            if any(m.pinned or m.role in ANCHOR_ROLES for m in messages[s:e]):
+            if is_anchored_unit(messages[s:e]):
                 anchored[s:e] = [True] * (e - s)
-        if newest:  # a history block's newest unit is kept as it is, not summarized
-            anchored[len(messages) - newest:] = [True] * newest
+        if newest is not None:  # a history block's newest unit is kept, not summarized
+            anchored[newest[0]:newest[1]] = [True] * (newest[1] - newest[0])
         kept = sum(n for n, a in zip(counts, anchored) if a)
         if kept > limit:
             raise ContextBudgetError(
                 f"block {block_id!r}: its anchored messages (system, developer, pinned"
-                + (", the newest unit" if newest else "")
+                + (", the newest unit" if newest is not None else "")
                 + f") need {kept} tokens and its budget is {limit} (Summarize)",
                 required=kept, budget=limit,
             )
@@ -390,7 +468,7 @@ class Summarize(Strategy):
         result = yield SummarizeCall(self.summarizer, rest, block_id)
         summary = _summary_message(result, block_id)
         out = [m for m, a in zip(messages, anchored) if a]
-        if kept + counter.count_message(summary) <= limit:
+        if kept + checked_tokens(summary, counter) <= limit:
             # in the place of the first message it stands for
             # (the messages before the first one it stands for are all anchored)
             out.insert(anchored.index(False), summary)
@@ -410,15 +488,54 @@ def _call_summarizer_sync(fn: Summarizer, messages: list[Message], block_id: str
 
 
 def _summary_message(result: object, block_id: str) -> Message:
-    if isinstance(result, str):
-        return Message.system(result)
-    if isinstance(result, Message):
-        return result
-    raise ConfigurationError(
-        f"block {block_id!r}'s summarizer returned a {type(result).__name__}; "
-        "expected a str or a Message"
-    )
+    """The summarizer's result as a message, checked as ``store.summarize`` checks it.
 
+    Raises:
+        ConfigurationError: not a ``str`` or a :class:`~memstore.models.Message`.
+        InvalidInputError: an empty or whitespace-only summary, or one holding a NUL
+            character or a surrogate code point, or one over the record size limit
+            (the rules of ``store.summarize``).
+    """
+    if not isinstance(result, (str, Message)):
+        raise ConfigurationError(
+            f"block {block_id!r}'s summarizer returned a {type(result).__name__}; "
+            "expected a str or a Message"
+        )
+    try:
+        text = summary_text(result)
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"block {block_id!r}: {exc}") from None
+    return Message.system(text) if isinstance(result, str) else result
+
+
+
+def summary_text(output: Any) -> str:
+    """The text of a summarizer's result (a ``str`` or a :class:`Message`), checked.
+
+    The rules of ``store.summarize`` and of the :class:`Summarize` strategy: not empty
+    or whitespace only, no NUL or surrogate, within the record size limit.
+
+    Raises:
+        InvalidInputError: the result breaks one of these rules, or is of another type.
+    """
+    if isinstance(output, Message):
+        text = output.text
+    elif isinstance(output, str):
+        text = output
+    else:
+        raise InvalidInputError(
+            f"a summarizer must return a str or a Message, not {type(output).__name__}"
+        )
+    if not text.strip():
+        raise InvalidInputError("the summarizer returned an empty summary")
+    problem = text_problem(text)
+    if problem is not None:
+        raise InvalidInputError(f"the summary {problem}")
+    try:
+        check_size(utf8_size(text), "the summary")
+    except ValueError as exc:
+        raise InvalidInputError(str(exc)) from None
+    return text
 
 
 # ---- the one step that may await ---------------------------------------------------------

@@ -28,12 +28,14 @@ from memstore import (
     Strategy,
     Strict,
     Summarize,
+    SummaryView,
     TextPart,
     Tier,
     TokenCounter,
     TokenLimitedView,
     ToolCall,
     TruncateOldest,
+    UnboundedView,
     XMLFormatter,
     inject_into_system,
 )
@@ -193,9 +195,19 @@ def test_truncate_keeps_protected_roles_and_respects_min_messages() -> None:
     compiled = ContextBuilder(9, counter=C).add_block(block).compile()
     # The oldest assistant message goes; users and the developer are protected.
     assert [m.role for m in compiled.messages] == ["user", "developer", "user", "assistant"]
-    # With min_messages above what would remain, the block is dropped.
+    # With min_messages above what would remain, the unprotected messages go and the
+    # protected developer message stays: protected messages never vanish silently.
     block = Block("h", tier=Tier.HISTORY, strategy=TruncateOldest(min_messages=4),
                   messages=history)
+    compiled = ContextBuilder(6, counter=C).add_block(block).compile()
+    assert compiled.messages == [dev]
+    assert compiled.report.evictions == {"h": "truncated"}
+    assert compiled.report.blocks_dropped == []
+    assert compiled.report.tokens_per_block == {"h": 3}
+    # With nothing protected in the block, it is dropped.
+    plain = [words(1), words(1, "assistant"), words(1), words(1, "assistant")]
+    block = Block("h", tier=Tier.HISTORY, strategy=TruncateOldest(min_messages=4),
+                  messages=plain)
     compiled = ContextBuilder(6, counter=C).add_block(block).compile()
     assert compiled.messages == []
     assert compiled.report.evictions == {"h": "truncated"}
@@ -708,7 +720,10 @@ async def test_history_block_reads_a_window_sized_to_its_budget(store: Any) -> N
     assert compiled.messages[1:] == window.messages
     assert report.tokens_per_block["history"] == sum(m.token_count for m in window.messages)
     assert report.original_tokens_per_block["history"] == report.tokens_per_block["history"]
-    assert "history" not in report.evictions
+    # The view left the older messages out for the budget: the block was truncated, and the
+    # report says so (the view did it, oldest first, in O(window)).
+    assert report.history_reports["history"].omitted[-1].reason == "budget"
+    assert report.evictions == {"history": "truncated"}
     history_report = report.history_reports["history"]
     assert history_report.view == "TokenLimitedView"
     assert history_report.included_count == len(window.messages)
@@ -724,10 +739,12 @@ async def test_history_block_keeps_the_views_own_settings(store: Any) -> None:
     await call(store.extend("chat", conversation(20)))
     view = TokenLimitedView(token_limit=5, start_on_user=True, counter=FixedCounter(9))
     builder = ContextBuilder(120, counter=counter).add_block(
-        Block("h", tier=Tier.HISTORY, strategy=Strict(), history=HistoryBlock(store, "chat", view)))
+        Block("h", tier=Tier.HISTORY, strategy=TruncateOldest(),
+              history=HistoryBlock(store, "chat", view)))
     compiled = await compile_with(builder, store)
     non_system = [m for m in compiled.messages if m.role != "system"]
     assert non_system[0].role == "user"
+    assert compiled.report.evictions == {"h": "truncated"}
     # The builder's counter replaced the view's own (stored counts are reused).
     assert compiled.report.history_reports["h"].counter == counter.name
     check_arithmetic(compiled, counter)
@@ -738,7 +755,8 @@ async def test_history_block_with_a_score_based_view_and_a_reserve(store: Any) -
     await call(store.extend("chat", conversation(30)))
     view = ScoreBasedView(token_limit=30, keep_rate=0.8, reserve=20)
     builder = ContextBuilder(150, counter=counter).add_block(
-        Block("h", tier=Tier.HISTORY, strategy=Drop(), history=HistoryBlock(store, "chat", view)))
+        Block("h", tier=Tier.HISTORY, strategy=TruncateOldest(),
+              history=HistoryBlock(store, "chat", view)))
     compiled = await compile_with(builder, store)
     check_arithmetic(compiled, counter)
     assert compiled.report.history_reports["h"].view == "ScoreBasedView"
@@ -748,11 +766,18 @@ async def test_history_block_with_a_score_based_view_and_a_reserve(store: Any) -
     # (anchored messages and the newest unit), which fits the block here.
     huge_reserve = ScoreBasedView(token_limit=500, reserve=400)
     tight = await compile_with(ContextBuilder(150, counter=counter).add_block(
-        Block("h", tier=Tier.HISTORY, strategy=Drop(),
+        Block("h", tier=Tier.HISTORY, strategy=TruncateOldest(),
               history=HistoryBlock(store, "chat", huge_reserve))), store)
     check_arithmetic(tight, counter)
     assert [m.text for m in tight.messages] == ["You are a careful agent.",
                                                    "answer 29 with some words"]
+    assert tight.report.evictions == {"h": "truncated"}
+    # Drop: the view left messages out for the budget, so the block did not fit.
+    dropped = await compile_with(ContextBuilder(150, counter=counter).add_block(
+        Block("h", tier=Tier.HISTORY, strategy=Drop(),
+              history=HistoryBlock(store, "chat", huge_reserve))), store)
+    assert dropped.messages == [] and dropped.report.blocks_dropped == ["h"]
+    assert dropped.report.evictions == {"h": "dropped"}
 
 
 async def test_history_block_of_an_unknown_conversation_is_empty(store: Any) -> None:
@@ -784,15 +809,16 @@ async def test_history_block_whose_required_part_does_not_fit(store: Any) -> Non
     assert dropped.report.original_tokens_per_block == {"h": 18}
     assert dropped.report.history_reports["h"].included_count == 2
 
-    # TruncateOldest and Summarize keep the newest unit (the question being answered) as
-    # they keep anchored messages: a request without it would answer nothing. They do not
-    # fit together here: a budget error with the numbers, as a view gives.
-    given: list[int] = []
-    for strategy in (TruncateOldest(), Summarize(lambda ms: given.append(len(ms)) or "s")):
+    # TruncateOldest keeps the newest unit (the question being answered) as it keeps
+    # anchored messages: a request without it would answer nothing. They do not fit
+    # together here: a budget error with the numbers, as a view gives.
+    for strategy in (TruncateOldest(), TruncateOldest(min_messages=5)):
         with pytest.raises(ContextBudgetError, match="the newest unit") as info:
             await compile_with(builder_with(strategy), store)
         assert info.value.required == 18 and info.value.budget == 12
-    assert given == []  # nothing was summarized
+    # Summarize on a budgeted view is refused up front (see the test below).
+    with pytest.raises(ConfigurationError, match="SummaryView"):
+        builder_with(Summarize(lambda ms: "s"))
 
     # With room for both, Summarize folds the older messages and keeps the newest question.
     # (26 tokens of history in a 25-token block: system 9 + summary 5 + question 9 = 23 fit)
@@ -904,3 +930,265 @@ def test_the_builder_modules_are_pure() -> None:
         # Stores are only named for type checkers, never imported at run time.
         runtime = [node for node in tree.body if isinstance(node, ast.ImportFrom)]
         assert not {n.module for n in runtime} & {"memstore.store", "memstore.aio"}, module
+
+
+# ---- history blocks: who truncates, and what stays (review fixes) ----------------------------
+
+# 3 tokens per message + 1 per word, priming 3.
+F = FixedCounter(per_message=3, per_word=1, priming=3)
+
+
+def chat_store(messages: list[Message]) -> MemoryStore:
+    store = MemoryStore("sqlite://", counter=F)
+    store.extend("c", messages)
+    return store
+
+
+def qa_history(turns: int = 10) -> list[Message]:
+    out = [Message.system("You are helpful.")]
+    for i in range(turns):
+        out.append(Message.user(f"question number {i} about something"))
+        out.append(Message.assistant(f"answer {i} with some detail here"))
+    out.append(Message.user("latest question"))
+    return out
+
+
+def history_builder(store: MemoryStore, strategy: Strategy, max_tokens: int,
+                    view: Any = None) -> ContextBuilder:
+    return ContextBuilder(max_tokens, counter=F).add_block(
+        Block("history", tier=Tier.HISTORY, strategy=strategy,
+              history=HistoryBlock(store, "c", view)))
+
+
+def test_a_budgeted_views_omissions_are_the_block_not_fitting() -> None:
+    with chat_store(qa_history()) as store:
+        truncated = history_builder(store, TruncateOldest(), 60).compile()
+        window = truncated.report.history_reports["history"]
+        assert any(o.reason == "budget" for o in window.omitted)
+        # Not silent: the report says the block was truncated.
+        assert truncated.report.evictions == {"history": "truncated"}
+        assert truncated.messages[0].text == "You are helpful."
+        assert truncated.messages[-1].text == "latest question"
+        check_arithmetic(truncated, F)
+        # Strict: the history had to be cut, so it does not fit.
+        with pytest.raises(ContextBudgetError, match=r"'history'.*Strict") as info:
+            history_builder(store, Strict(), 60).compile()
+        assert info.value.budget == 57 and info.value.required == 58
+        # Drop: all of the history or none of it.
+        dropped = history_builder(store, Drop(), 60).compile()
+        assert dropped.messages == [] and dropped.report.blocks_dropped == ["history"]
+        assert dropped.report.evictions == {"history": "dropped"}
+        check_arithmetic(dropped, F)
+        # A custom strategy: the view's truncation stands, labelled as such.
+        custom = history_builder(store, KeepLast(), 60).compile()
+        assert custom.messages == truncated.messages
+        assert custom.report.evictions == {"history": "truncated"}
+        # When the whole history fits, every strategy keeps it as it is.
+        for strategy in (TruncateOldest(), Strict(), Drop(), KeepLast()):
+            whole = history_builder(store, strategy, 1000).compile()
+            assert len(whole.messages) == 22 and whole.report.evictions == {}
+
+
+class KeepLast(Strategy):
+    def apply(self, messages: list[Message], tokens: int, limit: int,
+              counter: TokenCounter) -> list[Message]:
+        return messages[-1:]
+
+
+def test_keep_turns_atomic_on_a_budgeted_view_starts_the_window_on_a_user_message() -> None:
+    with chat_store(qa_history()) as store:
+        # A 37-token block holds the system message (6), "latest question" (5) and
+        # answer 9, question 9, answer 8 (26): the window would begin with a reply
+        # without its question.
+        plain = history_builder(store, TruncateOldest(), 40).compile()
+        assert [m.role for m in plain.messages][:2] == ["system", "assistant"]
+        turns = history_builder(store, TruncateOldest(keep_turns_atomic=True), 40).compile()
+        assert [m.text for m in turns.messages] == [
+            "You are helpful.", "question number 9 about something",
+            "answer 9 with some detail here", "latest question"]
+        assert turns.report.evictions == {"history": "truncated"}
+        omitted = {o.reason for o in turns.report.history_reports["history"].omitted}
+        assert omitted == {"budget", "start_on_user"}
+        check_arithmetic(turns, F)
+    # A history that fits whole keeps the units before its first user message.
+    greeting = [Message.assistant("Hello, how can I help?"), Message.user("hi there")]
+    with chat_store(greeting) as store:
+        whole = history_builder(store, TruncateOldest(keep_turns_atomic=True), 100).compile()
+        assert [m.text for m in whole.messages] == ["Hello, how can I help?", "hi there"]
+        assert whole.report.evictions == {}
+
+
+def test_keep_turns_atomic_on_a_budgeted_view_never_sends_a_call_without_its_question() -> None:
+    messages = [
+        Message.system("sys"),
+        Message.user("old question here please"), Message.assistant("old answer here"),
+        Message.user("What is the weather in Paris right now?"),
+        Message.assistant(tool_calls=[ToolCall(id="w1", name="weather",
+                                               arguments='{"city":"Paris"}')]),
+        Message.tool("sunny", tool_call_id="w1"),
+    ]
+    with chat_store(messages) as store:
+        turn = sum(F.count_message(m) for m in messages[:1] + messages[3:])
+        # The turn being answered fits: the question stays with the call.
+        fits = history_builder(store, TruncateOldest(keep_turns_atomic=True),
+                               turn + 3).compile()
+        assert [m.role for m in fits.messages] == ["system", "user", "assistant", "tool"]
+        assert fits.report.evictions == {"history": "truncated"}
+        # It does not: a budget error with the turn's size, never the call alone.
+        with pytest.raises(ContextBudgetError, match=r"'history'.*turn") as info:
+            history_builder(store, TruncateOldest(keep_turns_atomic=True), turn + 2).compile()
+        assert info.value.required == turn and info.value.budget == turn - 1
+        # A view's reserve stays free beside the turn.
+        reserved = TokenLimitedView(token_limit=100, reserve=4)
+        with pytest.raises(ContextBudgetError, match="turn") as info:
+            history_builder(store, TruncateOldest(keep_turns_atomic=True), turn + 3,
+                            reserved).compile()
+        assert info.value.required == turn + 4 and info.value.budget == turn
+        fits = history_builder(store, TruncateOldest(keep_turns_atomic=True), turn + 7,
+                               reserved).compile()
+        assert [m.role for m in fits.messages] == ["system", "user", "assistant", "tool"]
+
+
+def test_a_budgeted_view_refuses_what_it_cannot_serve_when_the_block_is_made() -> None:
+    with chat_store(qa_history(2)) as store:
+        summarize = Summarize(lambda ms: "s")
+        for view in (None, TokenLimitedView(token_limit=50), ScoreBasedView(token_limit=50),
+                     SummaryView(token_limit=50)):
+            with pytest.raises(ConfigurationError, match=r"store\.summarize.*SummaryView"):
+                Block("h", tier=Tier.HISTORY, strategy=summarize,
+                      history=HistoryBlock(store, "c", view))
+            with pytest.raises(ConfigurationError, match="count-based view"):
+                Block("h", tier=Tier.HISTORY, strategy=TruncateOldest(protect_roles=("user",)),
+                      history=HistoryBlock(store, "c", view))
+        for view in (ScoreBasedView(token_limit=50), SummaryView(token_limit=50)):
+            with pytest.raises(ConfigurationError, match=type(view).__name__):
+                Block("h", tier=Tier.HISTORY, strategy=TruncateOldest(keep_turns_atomic=True),
+                      history=HistoryBlock(store, "c", view))
+        # Count-based views serve them all.
+        given: list[int] = []
+        for strategy in (Summarize(lambda ms: given.append(len(ms)) or "earlier talk"),
+                         TruncateOldest(protect_roles=("user",), keep_turns_atomic=True)):
+            compiled = history_builder(store, strategy, 40, UnboundedView()).compile()
+            assert compiled.messages[-1].text == "latest question"
+            check_arithmetic(compiled, F)
+        assert given == [4]
+
+
+def test_min_messages_on_a_budgeted_view_keeps_the_protected_messages() -> None:
+    with chat_store(qa_history()) as store:
+        # The window holds 5 messages; min_messages=6 keeps only the protected ones.
+        compiled = history_builder(store, TruncateOldest(min_messages=6), 40).compile()
+        assert [m.text for m in compiled.messages] == ["You are helpful.", "latest question"]
+        assert compiled.report.evictions == {"history": "truncated"}
+        assert compiled.report.blocks_dropped == []
+        check_arithmetic(compiled, F)
+        assert len(history_builder(store, TruncateOldest(min_messages=5), 40)
+                   .compile().messages) == 5
+
+
+def test_the_newest_unit_is_the_question_even_when_a_system_message_follows_it() -> None:
+    messages = [
+        Message.system("You are helpful."),
+        Message.user("earlier question"), Message.assistant("earlier answer"),
+        Message.user("please summarise the attached quarterly report in three bullet points"),
+        Message.system("Reminder: answer in French."),
+    ]
+    with chat_store(messages) as store:
+        # system 6 + question 13 + reminder 7 = 26 tokens must stay; the block gets 17.
+        for view in (None, UnboundedView()):
+            with pytest.raises(ContextBudgetError, match="the newest unit") as info:
+                history_builder(store, TruncateOldest(), 20, view).compile()
+            assert info.value.required == 26 and info.value.budget == 17
+        with pytest.raises(ContextBudgetError, match="the newest unit"):
+            history_builder(store, Summarize(lambda ms: "S"), 20, UnboundedView()).compile()
+        # With room for them, the older turn goes and the question stays.
+        kept = history_builder(store, TruncateOldest(), 31, UnboundedView()).compile()
+        assert [m.text for m in kept.messages] == [messages[0].text, messages[3].text,
+                                                    messages[4].text]
+        given: list[list[str]] = []
+        summarized = history_builder(
+            store, Summarize(lambda ms: given.append([m.text for m in ms]) or "S"), 38,
+            UnboundedView()).compile()
+        assert given == [["earlier question", "earlier answer"]]
+        assert [m.text for m in summarized.messages] == [
+            messages[0].text, "S", messages[3].text, messages[4].text]
+
+
+def test_turn_atomic_truncation_keeps_the_current_turns_question() -> None:
+    messages = [
+        Message.system("sys"),
+        Message.user("old question here please"), Message.assistant("old answer here"),
+        Message.user("What is the weather in Paris right now?"),
+        Message.assistant(tool_calls=[ToolCall(id="w1", name="weather",
+                                               arguments='{"city":"Paris"}')]),
+        Message.tool("sunny", tool_call_id="w1"),
+    ]
+    with chat_store(messages) as store:
+        strategy = TruncateOldest(keep_turns_atomic=True)
+        # The current turn (question, call, result) and the system message need 22 tokens.
+        with pytest.raises(ContextBudgetError, match="turn") as info:
+            history_builder(store, strategy, 20, UnboundedView()).compile()
+        assert info.value.required == 22 and info.value.budget == 17
+        compiled = history_builder(store, strategy, 25, UnboundedView()).compile()
+        assert [m.role for m in compiled.messages] == ["system", "user", "assistant", "tool"]
+        assert compiled.report.evictions == {"history": "truncated"}
+
+
+def test_min_messages_never_drops_protected_messages_of_a_history_block() -> None:
+    messages = [Message.system("You are a careful agent."), Message.user("one two three four five"),
+                Message.assistant("six seven eight nine ten"), Message.user("final question")]
+    with chat_store(messages) as store:
+        compiled = history_builder(store, TruncateOldest(min_messages=4), 25,
+                                   UnboundedView()).compile()
+        assert [m.text for m in compiled.messages] == ["You are a careful agent.",
+                                                        "final question"]
+        assert compiled.report.evictions == {"history": "truncated"}
+        assert compiled.report.blocks_dropped == []
+
+
+@pytest.mark.parametrize("summary", ["", "   \n", "a\x00b", Message.system("  ")])
+def test_summarize_refuses_an_empty_or_unstorable_summary(summary: Any) -> None:
+    builder = ContextBuilder(15, counter=F).add_block(
+        Block("notes", tier=1, strategy=Summarize(lambda ms: summary),
+              messages=[Message.user("a b c d e f")] * 3))
+    with pytest.raises(InvalidInputError, match="'notes'"):
+        builder.compile()
+
+
+class BadCounter:
+    def __init__(self, name: str, one: Any, empty: Any) -> None:
+        self.name, self.one, self.empty = name, one, empty
+
+    def count_message(self, message: Message) -> Any:
+        return self.one
+
+    def count_messages(self, messages: Any) -> Any:
+        return self.empty
+
+
+@pytest.mark.parametrize(("one", "empty"), [(1, None), (1, -1), (None, 0), (-5, 3), (True, 0)])
+def test_a_counter_returning_a_bad_count_is_named_in_the_error(one: Any, empty: Any) -> None:
+    with pytest.raises(ConfigurationError, match="'bad'"):
+        counter: Any = BadCounter("bad", one, empty)
+        ContextBuilder(10, counter=counter).add_block(
+            Block("a", tier=0, strategy=Drop(), messages=[Message.user("x")] * 10)).compile()
+
+
+def test_bad_arguments_are_library_errors_not_type_errors() -> None:
+    builder = ContextBuilder(10, counter=F)
+    with pytest.raises(ConfigurationError, match="block id"):
+        builder.remove_block(["x"])  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="protect_roles"):
+        TruncateOldest(protect_roles=[["user"]])  # type: ignore[list-item]
+    with pytest.raises(InvalidInputError, match="formatter must be a callable"):
+        inject_into_system(Message.system("s"), "xml", ["a"])  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="NUL"):
+        inject_into_system(Message.system("s"), lambda texts: "a\x00", ["a"])
+
+
+def test_the_builders_budget_has_the_views_upper_bound() -> None:
+    with pytest.raises(ConfigurationError, match=r"2\*\*53 - 1"):
+        ContextBuilder(2**53, counter=F)
+    with chat_store([Message.user("hi")]) as store:
+        compiled = history_builder(store, TruncateOldest(), 2**53 - 1).compile()
+        assert [m.text for m in compiled.messages] == ["hi"]

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -13,6 +14,7 @@ from memstore import (
     Block,
     BufferedView,
     CompiledContext,
+    ConfigurationError,
     ContextBudgetError,
     ContextBuilder,
     ContextView,
@@ -36,6 +38,7 @@ from memstore import (
     TruncateOldest,
     UnboundedView,
 )
+from memstore.units import group_units
 
 SETTINGS = settings(max_examples=120, derandomize=True, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -271,9 +274,14 @@ VIEWS = st.sampled_from([
 ])
 
 
+def budgeted(view: ContextView | None) -> bool:
+    return view is None or view.budgeted
+
+
 @SETTINGS
 @given(spec=specs(), view=VIEWS, max_tokens=st.integers(1, 200), history_cap=st.none()
-       | st.integers(1, 80), kind=st.sampled_from(["strict", "drop", "truncate", "turns"]))
+       | st.integers(1, 80), kind=st.sampled_from(
+           ["strict", "drop", "truncate", "turns", "min", "summarize"]))
 def test_history_blocks_never_exceed_the_budget(
     spec: list[Spec], view: ContextView | None, max_tokens: int, history_cap: int | None,
     kind: str,
@@ -283,19 +291,28 @@ def test_history_blocks_never_exceed_the_budget(
     history = [m for s in spec for m in s.messages]
     store = ListStore(stored(history, counter), counter)
     strategy: Strategy = {"strict": Strict(), "drop": Drop(), "truncate": TruncateOldest(),
-                          "turns": TruncateOldest(keep_turns_atomic=True)}[kind]
+                          "turns": TruncateOldest(keep_turns_atomic=True),
+                          "min": TruncateOldest(min_messages=3),
+                          "summarize": Summarize(lambda ms: f"{len(ms)} earlier messages")}[kind]
     builder = ContextBuilder(max_tokens, counter=counter)
     builder.add_block(Block("system", tier=Tier.SYSTEM, strategy=Drop(),
                             messages=[Message.system("be brief")]))
+    history_block = HistoryBlock(store, "chat", view)  # type: ignore[arg-type]
+    refused = budgeted(view) and (kind == "summarize" or (
+        kind == "turns" and view is not None and not hasattr(view, "start_on_user")))
+    if refused:  # what a budgeted view cannot serve is refused when the block is made
+        with pytest.raises(ConfigurationError):
+            Block("h", tier=Tier.HISTORY, strategy=strategy, history=history_block)
+        return
     builder.add_block(Block("h", tier=Tier.HISTORY, strategy=strategy, max_tokens=history_cap,
-                            history=HistoryBlock(store, "chat", view)))  # type: ignore[arg-type]
+                            history=history_block))
     builder.add_block(Block("none", tier=Tier.HISTORY, strategy=Strict(),
                             history=HistoryBlock(store, "nobody", view)))  # type: ignore[arg-type]
     try:
         compiled = builder.compile()
     except ContextBudgetError as exc:
         assert exc.required > exc.budget >= 0
-        assert "'h'" in str(exc) and kind in ("strict", "truncate", "turns")
+        assert "'h'" in str(exc) and kind in ("strict", "truncate", "turns", "min", "summarize")
         return
     report = compiled.report
     total = counter.count_messages(compiled.messages)
@@ -311,3 +328,14 @@ def test_history_blocks_never_exceed_the_budget(
     if "h" in report.tokens_per_block and report.evictions.get("h") != "dropped":
         window_report = report.history_reports["h"]
         assert window_report.included_count >= len(out)
+    window_report = report.history_reports["h"]
+    if budgeted(view) and any(o.reason in ("budget", "score") for o in window_report.omitted):
+        # A budgeted view's truncation is the block not fitting: never silent.
+        assert report.evictions.get("h") == ("dropped" if kind == "drop" else "truncated")
+    if "h" in report.tokens_per_block and kind != "drop":
+        # The newest complete unit that is not anchored (the question being answered) is
+        # kept by every view, and no strategy removes it (a system message after it or
+        # min_messages included).
+        units = [u for u in group_units(store.messages) if u.complete and not u.anchored]
+        if units:
+            assert all(m in out for m in units[-1].messages)
