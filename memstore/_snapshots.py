@@ -416,11 +416,29 @@ class Loader:
             message_row(self.cid, seq, Prepared(m, n), m.id, name, m.created_at)
             for m, seq, (n, name) in zip(batch, seqs, counted)
         ]
+        # A later batch of a fresh load may repeat an id of an earlier one. On PostgreSQL
+        # it is inserted in a savepoint, so that the violation leaves the transaction
+        # usable for the read that names the repeat (SQLite undoes the failed statement
+        # only, and the rows this batch inserted before it are told apart by their seq).
+        later = self.fresh and self.written > 0
         try:
-            _insert_rows(self.conn, self.cid, rows, appending=not self.fresh)
+            if later and self.conn.dialect.name == "postgresql":
+                with self.conn.begin_nested():
+                    _insert_rows(self.conn, self.cid, rows, appending=False)
+            else:
+                _insert_rows(self.conn, self.cid, rows, appending=not self.fresh)
         except sa_exc.IntegrityError as exc:
             # Written by this load (ids within one batch were checked above): an id
             # of this batch repeats one of an earlier batch of the same stream.
+            if later:
+                found = _ops.stored_by_ids(self.conn, self.cid, sorted({m.id for m in batch}))
+                for m in batch:
+                    prior = found.get(m.id)
+                    if prior is not None and prior.seq != m.seq:
+                        raise RepeatedIdError(
+                            f"message id {m.id!r} is the id of seq {prior.seq} and of seq "
+                            f"{m.seq}: message ids are unique within a conversation", m.seq,
+                        ) from exc
             raise InvalidInputError(
                 f"a message id among seqs {batch[0].seq}..{batch[-1].seq} is also the id of "
                 "an earlier message: message ids are unique within a conversation"
