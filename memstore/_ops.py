@@ -447,6 +447,11 @@ def set_pinned(conn: Connection, cid: str, seq: int, pinned: bool) -> StoredMess
     anchored = pinned or current.role in ANCHOR_ROLES
     row = conn.execute(q.update_message(cid, seq, pinned=pinned, anchored=anchored)).first()
     assert row is not None
+    if current.pinned and not anchored:
+        # summarize never gave the summarizer this message (it was anchored, kept by
+        # every view): a summary reaching it does not stand for it, and SummaryView
+        # would hide it behind that summary. Those summaries go, as pop's do.
+        conn.execute(q.delete_summaries(cid, last_from=seq))
     conn.execute(q.update_conversation(cid, epoch=q.new_epoch()))
     return to_stored(row)
 

@@ -140,10 +140,17 @@ def check_format_template(
     for sample in samples:
         try:
             text = template.format(**sample)
-        except (KeyError, IndexError, ValueError, AttributeError, TypeError) as exc:
+        except (KeyError, IndexError, ValueError, AttributeError, TypeError,
+                OverflowError) as exc:  # OverflowError: ``{n:c}`` past U+10FFFF
             raise ConfigurationError(
                 f"{where} {template!r} does not format with {available}: {exc!r}"
             ) from exc
+        problem = text_problem(text)
+        if problem is not None:  # ``{n:c}`` of a surrogate's number, say
+            raise ConfigurationError(
+                f"{where} {template!r} makes text that cannot be stored for "
+                f"{_short(dict(sample))}: it {problem}"
+            )
         if bound_output and len(text) > MAX_PLACEHOLDER_CHARS:
             raise ConfigurationError(
                 f"{where} {template!r} produces {len(text)} characters; the maximum is "
@@ -156,7 +163,7 @@ def _check_template(view: str, template: object) -> None:
     check_format_template(
         f"{view} placeholder_template", template, ("n", "messages"),
         [{"n": count, "messages": "message" if count == 1 else "messages"}
-         for count in (0, 1, 2, MAX_VIEW_INT)],
+         for count in (0, 1, 2, 0xD800, MAX_VIEW_INT)],
         bound_output=True,
     )
 

@@ -174,9 +174,9 @@ class ListHistory(SourceBase):
     Raises:
         InvalidInputError: the messages are not stored messages (a plain ``Message``
             has no seq: read them from a store, or build a window with
-            ``ContextBuilder``), the summaries are not :class:`Summary` objects, or the
-            messages mix conversations or their seqs are not contiguous. (It is a
-            ``ValueError`` too.)
+            ``ContextBuilder``), the summaries are not :class:`Summary` objects, the
+            messages and summaries mix conversations, or the seqs are not contiguous.
+            (It is a ``ValueError`` too.)
     """
 
     def __init__(
@@ -192,6 +192,12 @@ class ListHistory(SourceBase):
             if b.seq != a.seq + 1:
                 raise InvalidInputError(
                     f"seqs are not contiguous: {a.seq} is followed by {b.seq}")
+        owners = sorted({s.conversation_id for s in summaries})
+        if len(owners) > 1 or (ordered and owners and owners[0] != ordered[0].conversation_id):
+            mine = f" and the messages to {ordered[0].conversation_id!r}" if ordered else ""
+            raise InvalidInputError(
+                f"the summaries belong to {', '.join(map(repr, owners))}{mine}: a history "
+                "is one conversation's messages and summaries")
         self._messages = ordered
         self._cid = ordered[0].conversation_id if ordered else ""
         self._first = ordered[0].seq if ordered else 1

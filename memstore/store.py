@@ -224,7 +224,12 @@ class MemoryStore:
         return self._execute(self._plan.set_pinned(conversation_id, seq, True))  # type: ignore[no-any-return]
 
     def unpin(self, conversation_id: str, seq: int) -> StoredMessage:
-        """Unpin a message."""
+        """Unpin a message.
+
+        A pinned message that ``summarize`` left out of a summary (every view kept it)
+        is in no summary: unpinning it deletes the summaries whose range reaches its
+        seq, so :class:`~memstore.SummaryView` shows it again (docs/summaries.md).
+        """
         return self._execute(self._plan.set_pinned(conversation_id, seq, False))  # type: ignore[no-any-return]
 
     # ---- reading --------------------------------------------------------------------

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple, cast
 
+from memstore._validate import MAX_SEQ
 from memstore._viewparts import (
     _budget_page,
     _check_budget_params,
@@ -46,8 +47,13 @@ def _check_summary_template(template: object) -> None:
 
     The output is not bounded: ``{text}`` is the summary itself.
     """
+    # Seqs run to MAX_SEQ: a spec such as ``{last:c}`` must format (and make storable
+    # text) for every seq a summary can have, not only for small ones.
     check_format_template("SummaryView template", template, _TEMPLATE_FIELDS,
-                          [{"first": 1, "last": 2, "text": "summary"}], bound_output=False)
+                          [{"first": first, "last": last, "text": "summary"}
+                           for first, last in ((1, 2), (0xD800, 0xDFFF),
+                                               (0x110000, MAX_SEQ))],
+                          bound_output=False)
 
 
 def _priming(counter: TokenCounter) -> int:

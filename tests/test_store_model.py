@@ -764,9 +764,16 @@ class StoreModel(RuleBasedStateMachine):
     @rule(data=st.data(), pin=st.booleans())
     def pin(self, data: st.DataObject, pin: bool) -> None:
         conv = self.conv(data)
-        self.change_row(conv, self.seq(data, conv), self.writer(data),
+        seq = self.seq(data, conv)
+        row = next((r for r in conv.rows if r.seq == seq), None)
+        self.change_row(conv, seq, self.writer(data),
                         lambda store, seq: (store.pin if pin else store.unpin)(conv.id, seq),
                         pinned=pin)
+        if (row is not None and not pin and row.spec.pinned
+                and row.spec.role not in ("system", "developer")):
+            # No summary stood for it (summarize skips anchored messages): the summaries
+            # reaching it go, so SummaryView does not hide it.
+            conv.summaries = [s for s in conv.summaries if s.last_seq < seq]
 
     def change_row(self, conv: Conv, seq: int, store: MemoryStore,
                    call: Callable[[MemoryStore, int], StoredMessage], **change: Any) -> None:

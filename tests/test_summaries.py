@@ -267,6 +267,30 @@ async def test_pop_clear_truncate_delete_and_summaries(store: Any) -> None:
     assert await call(store.summaries("c")) == []
 
 
+async def test_unpinning_a_message_no_summary_holds_deletes_the_summaries_reaching_it(
+    store: Any,
+) -> None:
+    """summarize skips pinned messages (every view keeps them), so no summary stands for
+    one: unpinned later, SummaryView would hide it behind a summary that never saw it."""
+    await call(store.extend("c", [Message.system("S"), Message.user("my account id is 4711"),
+                                  Message.assistant("noted"), Message.user("q2"),
+                                  Message.assistant("a2"), Message.user("q3")]))
+    await call(store.pin("c", 2))
+    kept = await call(store.summarize("c", Folder(), keep_tokens=0))
+    assert 2 not in folded_seqs(kept) and kept.last_seq >= 2
+    # pinning and unpinning a message no summary reaches keeps the summaries
+    await call(store.pin("c", 6))
+    await call(store.unpin("c", 6))
+    assert await call(store.summaries("c")) == [kept]
+    await call(store.unpin("c", 2))
+    assert await call(store.summaries("c")) == []
+    window = await call(store.window("c", SummaryView(1000)))
+    assert 2 in window.seqs and window.report.summary_range is None
+    # summarized again, the message is folded in this time
+    again = await call(store.summarize("c", Folder(), keep_tokens=0))
+    assert 2 in folded_seqs(again)
+
+
 # ---- SummaryView -------------------------------------------------------------------------
 
 
@@ -372,6 +396,9 @@ def test_summary_view_configuration() -> None:
     for bad in ({"token_limit": 0}, {"token_limit": 10, "reserve": 10},
                 {"token_limit": 10, "template": "{nope}"}, {"token_limit": 10, "template": 3},
                 {"token_limit": 10, "template": "{first.real}"},
+                # seqs run to 2**62: {last:c} fails past U+10FFFF, makes a surrogate below
+                {"token_limit": 10, "template": "{text} (up to #{last:c})"},
+                {"token_limit": 10, "template": "{first:c}{text}"},
                 {"token_limit": 10, "template": "{text:>99999}"},
                 {"token_limit": 10, "template": "{text"},
                 {"token_limit": 10, "template": "bad \ud800 {text}"},
@@ -400,6 +427,13 @@ def test_summary_view_over_a_list_history() -> None:
     # a summary ending after the list's newest message is not this history's
     late = summary.model_copy(update={"number": 2, "last_seq": 11})
     assert ListHistory(stored, summaries=[summary, late]).latest_summary() == summary
+    # another conversation's summary is refused, not shown as this one's
+    other = summary.model_copy(update={"conversation_id": "other"})
+    with pytest.raises(InvalidInputError, match="the summaries belong to 'other' and the "
+                       "messages to 'c'"):
+        SummaryView(token_limit=100).apply(stored, counter, summaries=[other])
+    with pytest.raises(InvalidInputError, match="the summaries belong to 'c', 'other'"):
+        ListHistory([], summaries=[summary, other])
 
 
 # ---- state -------------------------------------------------------------------------------

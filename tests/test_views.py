@@ -616,6 +616,8 @@ def test_recent_turns_remove_tool_messages_keeps_the_newest_unit() -> None:
         lambda: HeadAndTailView(0, 1),
         lambda: HeadAndTailView(1, 0),
         lambda: HeadAndTailView(1, 1, placeholder_template="Skipped {count}"),
+        # {n:c}: a NUL for 0, a surrogate for 0xD800, OverflowError past U+10FFFF
+        lambda: HeadAndTailView(1, 1, placeholder_template="Skipped {n:c}"),
         lambda: HeadAndTailView(1, 1, placeholder_role="tool"),  # type: ignore[arg-type]
         lambda: TokenLimitedView(0),
         lambda: TokenLimitedView(-5),
