@@ -24,6 +24,7 @@ from typing import Any, TextIO
 
 from pydantic import ValidationError
 
+from memstore._validate import validation_summary
 from memstore.errors import InvalidInputError
 from memstore.models import Conversation, ConversationState, StoredMessage, Summary
 
@@ -121,7 +122,8 @@ def read_state(fp: TextIO) -> tuple[ConversationState, Iterator[StoredMessage]]:
     try:
         head = ConversationState.model_validate_json(stripped + CLOSE)
     except ValidationError as exc:
-        raise InvalidInputError(f"state line 1 is not a snapshot header: {exc}") from None
+        raise InvalidInputError(
+            f"state line 1 is not a snapshot header: {validation_summary(exc)}") from None
     return head, _messages(fp, head.conversation.id)
 
 
@@ -150,7 +152,8 @@ def _messages(fp: TextIO, cid: str) -> Iterator[StoredMessage]:
         try:
             message = StoredMessage.model_validate_json(text)
         except ValidationError as exc:
-            raise InvalidInputError(f"state line {line_no}: not a stored message: {exc}") from None
+            raise InvalidInputError(
+                f"state line {line_no}: not a stored message: {validation_summary(exc)}") from None
         if message.conversation_id != cid:
             raise InvalidInputError(
                 f"state line {line_no}: message seq {message.seq} belongs to "

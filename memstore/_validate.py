@@ -63,6 +63,7 @@ __all__ = [
     "short_repr",
     "text_problem",
     "utf8_size",
+    "validation_summary",
 ]
 
 #: Deepest nesting of lists/objects accepted in a JSON value (the top-level object is 1).
@@ -350,3 +351,13 @@ def conversation_full(cid: str, what: str) -> ConflictError:
         f"conversation {cid!r} is full: {what} would take its seqs past 2**62, the largest "
         "seq memstore stores"
     )
+
+
+def validation_summary(exc: Any) -> str:
+    """A pydantic ``ValidationError`` as one line (``field: problem; ...``), without URLs."""
+    parts = []
+    for error in exc.errors(include_url=False):
+        loc = ".".join(str(x) for x in error.get("loc", ()) if x != "__root__")
+        msg = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+        parts.append(f"{loc}: {msg}" if loc else msg)
+    return "; ".join(parts) or str(exc)

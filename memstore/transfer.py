@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from memstore import _base, _snapshots, _stateio
-from memstore._validate import JSON_TOO_DEEP
+from memstore._validate import JSON_TOO_DEEP, validation_summary
 from memstore.errors import (
     ConflictError,
     ImportFormatError,
@@ -336,7 +336,8 @@ def _header(line_no: int, line: dict[str, Any]) -> tuple[Conversation, int]:
     try:
         conversation = Conversation.model_validate(fields)
     except ValidationError as exc:
-        raise ImportFormatError(line_no, f"bad conversation header: {exc}") from None
+        raise ImportFormatError(
+            line_no, f"bad conversation header: {validation_summary(exc)}") from None
     return conversation, count
 
 
@@ -367,7 +368,7 @@ def _owned(line_no: int, fields: dict[str, Any], cid: str, source: str | None,
     try:
         return model.model_validate({**fields, "conversation_id": cid})
     except ValidationError as exc:
-        raise ImportFormatError(line_no, f"not {kind}: {exc}") from None
+        raise ImportFormatError(line_no, f"not {kind}: {validation_summary(exc)}") from None
 
 
 def _check_summary(

@@ -209,6 +209,24 @@ def test_a_bad_line_leaves_its_conversation_untouched(sync_store: MemoryStore,
     assert sync_store.save_state("a").messages == before["a"].messages
 
 
+def test_a_bad_line_is_named_in_one_line_without_pydantic_urls(sync_store: MemoryStore) -> None:
+    """docs/cli.md shows `history.jsonl:2: tool_call_id: ...`: the problem, not a dump."""
+    sync_store.extend("c", [Message.user("hi")])
+    lines = _export(sync_store).splitlines()
+    lines[1] = json.dumps({**json.loads(lines[1]), "role": "tool"})
+    sync_store.delete_conversation("c")
+    with pytest.raises(ImportFormatError) as info:
+        import_jsonl(sync_store, io.StringIO("\n".join(lines) + "\n"))
+    text = str(info.value)
+    assert text == ("line 2: not a stored message: tool_call_id is required for a tool "
+                    "message"), text
+    header = json.loads(lines[0])
+    with pytest.raises(ImportFormatError) as info:
+        import_jsonl(sync_store, io.StringIO(json.dumps({**header, "created_at": "soon"})))
+    assert str(info.value).startswith("line 1: bad conversation header: created_at: ")
+    assert "pydantic" not in str(info.value) and "\n" not in str(info.value)
+
+
 def test_file_arguments_must_be_file_objects(sync_store: MemoryStore, tmp_path: Any) -> None:
     """A path (or anything else that is not a file object) is refused by name, not with
     an AttributeError from deep inside; nothing is written."""
