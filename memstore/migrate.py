@@ -651,8 +651,14 @@ def create_partitioned(
         existing = conn.execute(text(
             "SELECT count(*) FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
             "ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relname IN "
-            "('memstore_conversations', 'memstore_messages', 'memstore_summaries', :version)"
-        ), {"version": VERSION_TABLE}).scalar_one()
+            "('memstore_conversations', 'memstore_messages', 'memstore_summaries')"
+        )).scalar_one()
+        if not existing and inspect(conn).has_table(VERSION_TABLE) and not _current(conn):
+            # What a downgrade to base leaves (Alembic keeps its version table, empty):
+            # a database without memstore's tables, which the layout may be created in.
+            conn.execute(text(f"DROP TABLE {VERSION_TABLE}"))
+        elif inspect(conn).has_table(VERSION_TABLE):
+            existing += 1
         if existing:
             raise ConfigurationError(
                 "memstore's tables already exist in this database; the partitioned layout "

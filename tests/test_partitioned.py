@@ -28,6 +28,7 @@ from memstore import _statements as q
 from memstore import migrate
 from memstore.errors import ConfigurationError
 from memstore.models import Message, ToolCall
+from memstore.schema import VERSION_TABLE
 from memstore.store import MemoryStore
 from memstore.summary_view import SummaryView
 from memstore.tokens import FixedCounter
@@ -186,6 +187,28 @@ def test_create_partitioned_refuses_clearly(partitioned_url: str, tmp_path: Any)
     for bad in (0, 1025, "8", True):
         with pytest.raises(ConfigurationError, match="partitions"):
             migrate.partitioned_ddl(bad)  # type: ignore[arg-type]
+
+
+def test_the_layout_is_created_after_a_downgrade_to_base(postgres: Any) -> None:
+    """A downgrade to base leaves Alembic's version table, empty: a database without
+    memstore's tables, in which the partitioned layout may be created; a version table
+    holding a revision still means memstore's schema is there."""
+    url = postgres.create_database("memstore_part_base")
+    migrate.upgrade(url)
+    migrate.downgrade(url, "base")
+    migrate.create_partitioned(url, 2)
+    assert migrate.is_current(url)
+    with MemoryStore(url, migrate="check") as store:
+        store.append("c", Message.user("hi"))
+        assert [m.text for m in store.messages("c")] == ["hi"]
+    other = postgres.create_database("memstore_part_version")
+    engine = create_engine(other)
+    with engine.begin() as conn:
+        conn.execute(text(f"CREATE TABLE {VERSION_TABLE} (version_num VARCHAR(32) PRIMARY KEY)"))
+        conn.execute(text(f"INSERT INTO {VERSION_TABLE} VALUES ('0001_initial')"))
+    engine.dispose()
+    with pytest.raises(ConfigurationError, match="already exist"):
+        migrate.create_partitioned(other, 2)
 
 
 def test_cli_prints_the_ddl_for_a_dba() -> None:
