@@ -1018,8 +1018,9 @@ def test_keep_turns_atomic_on_a_budgeted_view_starts_the_window_on_a_user_messag
         assert whole.report.evictions == {}
 
 
-def test_keep_turns_atomic_on_a_budgeted_view_never_sends_a_call_without_its_question() -> None:
-    messages = [
+def weather_turn() -> list[Message]:
+    """A system message, an old turn, then a question answered by a tool call."""
+    return [
         Message.system("sys"),
         Message.user("old question here please"), Message.assistant("old answer here"),
         Message.user("What is the weather in Paris right now?"),
@@ -1027,6 +1028,10 @@ def test_keep_turns_atomic_on_a_budgeted_view_never_sends_a_call_without_its_que
                                                arguments='{"city":"Paris"}')]),
         Message.tool("sunny", tool_call_id="w1"),
     ]
+
+
+def test_keep_turns_atomic_on_a_budgeted_view_never_sends_a_call_without_its_question() -> None:
+    messages = weather_turn()
     with chat_store(messages) as store:
         turn = sum(F.count_message(m) for m in messages[:1] + messages[3:])
         # The turn being answered fits: the question stays with the call.
@@ -1115,14 +1120,7 @@ def test_the_newest_unit_is_the_question_even_when_a_system_message_follows_it()
 
 
 def test_turn_atomic_truncation_keeps_the_current_turns_question() -> None:
-    messages = [
-        Message.system("sys"),
-        Message.user("old question here please"), Message.assistant("old answer here"),
-        Message.user("What is the weather in Paris right now?"),
-        Message.assistant(tool_calls=[ToolCall(id="w1", name="weather",
-                                               arguments='{"city":"Paris"}')]),
-        Message.tool("sunny", tool_call_id="w1"),
-    ]
+    messages = weather_turn()
     with chat_store(messages) as store:
         strategy = TruncateOldest(keep_turns_atomic=True)
         # The current turn (question, call, result) and the system message need 22 tokens.
