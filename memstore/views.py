@@ -555,6 +555,15 @@ class ScoreBasedView(ContextView):
     unit: the exact CAMEL-style greedy, O(history)). With ``keep_rate=1`` (no decay)
     candidates below ``max_score`` can only be decided at the start of history.
 
+    A store's ``max_score`` is an upper bound kept on the conversation row: raising a
+    score raises it, but lowering a score or popping the top-scored message leaves it
+    where it was (finding the new maximum would mean reading the whole history), until
+    ``clear``, or a ``rewrite`` that reads every message. ``view.apply`` over the same
+    messages uses their exact maximum. The window's messages are the same either way;
+    with a looser bound the view may read a little further before it decides, and then
+    reports an incomplete unit it met there as ``incomplete_unit`` where ``apply``
+    reports it under ``score``.
+
     Reference: CAMEL ``ScoreBasedContextCreator`` (V2 to V4) with ``ChatHistoryBlock``'s
     ``keep_rate`` decay.
 
