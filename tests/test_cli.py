@@ -177,7 +177,7 @@ def test_append_messages_window_and_formats(url: str, capsys: Any) -> None:
     # the same client id again stores nothing new
     code, out, _ = run(capsys, "append", "c", "user", "Where is my order?", "--id", "k1",
                        "--url", url)
-    assert "stored seq 2" in out
+    assert out.startswith("already stored as seq 2") and "stored seq" not in out[7:]
 
     code, out, _ = run(capsys, "messages", "c", "--format", "table", "--url", url)
     assert code == 0 and "user (pinned)" in out and "Where is my order?" in out
@@ -742,7 +742,7 @@ def test_import_stopped_by_a_database_error_lists_what_it_stored(url: str, capsy
     from memstore import DatabaseError, transfer
 
     source = tmp_path / "in.jsonl"
-    source.write_text("")
+    source.write_text("{}\n")  # a JSON object first: the file is read (by the stub)
 
     def fail(*args: Any, **kwargs: Any) -> Any:
         exc = DatabaseError("database error: simulated")

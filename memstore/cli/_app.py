@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 
 from memstore.cli import _commands as cmd
+from memstore.cli import _output as out
 from memstore.cli._demo import demo as _demo
 from memstore.cli._errors import FileFormatError, UsageError, one_line
 from memstore.errors import (
@@ -55,7 +56,11 @@ def _version() -> str:
 # ---- argument types: each error names the option (argparse adds its name) ---------------
 
 
-def _int_at_least(minimum: int) -> Callable[[str], int]:
+#: The largest budget (and size) a view takes: 2**53 - 1, exact in a JSON number.
+MAX_VIEW_INT = 2**53 - 1
+
+
+def _int_at_least(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -63,6 +68,10 @@ def _int_at_least(minimum: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            shown = "2**53 - 1 (9007199254740991)" if maximum == MAX_VIEW_INT else maximum
+            got = text if len(text) <= 30 else f"{text[:27]}..."
+            raise argparse.ArgumentTypeError(f"must be an integer <= {shown}, got {got}")
         return value
 
     parse.__name__ = f"integer >= {minimum}"
@@ -89,6 +98,11 @@ def _number(minimum: float, maximum: float | None = None,
 
 POSITIVE = _int_at_least(1)
 NON_NEGATIVE = _int_at_least(0)
+#: Budgets, reserves and sizes of views: their bounds (a larger value is a usage error).
+VIEW_SIZE = _int_at_least(1, MAX_VIEW_INT)
+VIEW_RESERVE = _int_at_least(0, MAX_VIEW_INT)
+#: ``conversations --limit``: the library's page bound.
+PAGE_LIMIT = _int_at_least(1, 10_000)
 
 
 # ---- parser -----------------------------------------------------------------------------
@@ -104,8 +118,8 @@ def _common() -> argparse.ArgumentParser:
     return common
 
 
-def _formats(p: argparse.ArgumentParser, choices: Sequence[str]) -> None:
-    p.add_argument("--format", choices=choices, default=None,
+def _formats(p: argparse.ArgumentParser, choices: Sequence[str], default: Any = None) -> None:
+    p.add_argument("--format", choices=choices, default=default,
                    help=f"output format: {', '.join(choices)} "
                         "(default: table on a terminal, jsonl otherwise)")
 
@@ -148,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "output, a pending call) as conversation 'demo', replacing it if it "
                             "exists, and show side by side what every view, and a context "
                             "builder, keeps under one budget.")
-    p.add_argument("--budget", type=POSITIVE, default=1000, metavar="N",
+    p.add_argument("--budget", type=VIEW_SIZE, default=1000, metavar="N",
                    help="token budget of the budgeted views (default: 1000)")
     p.add_argument("--format", choices=("table", "json"), default="table",
                    help="table (default) or json (per message: each view's decision)")
@@ -177,24 +191,26 @@ def build_parser() -> argparse.ArgumentParser:
     # conversations
     conv = command("conversations", "list, show or delete conversations (default: list)",
                    cmd.conversations_list)
-    conv.add_argument("--limit", type=_int_at_least(1), default=argparse.SUPPRESS, metavar="N",
+    conv.add_argument("--limit", type=PAGE_LIMIT, default=argparse.SUPPRESS, metavar="N",
                       help="conversations per page, 1-10000 (default: 100)")
     conv.add_argument("--after", default=argparse.SUPPRESS, metavar="ID",
                       help="start after this conversation id (keyset pagination)")
-    _formats(conv, ("table", "json", "jsonl"))
+    # SUPPRESS: --format before 'list' or 'show' is kept (the sub-command's default
+    # would overwrite it), as --limit and --after are.
+    _formats(conv, ("table", "json", "jsonl"), argparse.SUPPRESS)
     csub = conv.add_subparsers(dest="conversations_command", metavar="ACTION",
                                parser_class=_Parser)
     p = command("list", "list conversations: id, messages, tokens, updated",
                 cmd.conversations_list, csub)
-    p.add_argument("--limit", type=_int_at_least(1), default=argparse.SUPPRESS, metavar="N",
+    p.add_argument("--limit", type=PAGE_LIMIT, default=argparse.SUPPRESS, metavar="N",
                    help="conversations per page, 1-10000 (default: 100)")
     p.add_argument("--after", default=argparse.SUPPRESS, metavar="ID",
                    help="start after this conversation id (keyset pagination)")
-    _formats(p, ("table", "json", "jsonl"))
+    _formats(p, ("table", "json", "jsonl"), argparse.SUPPRESS)
     p = command("show", "show one conversation's row and metadata", cmd.conversations_show,
                 csub)
     _conversation(p)
-    _formats(p, ("table", "json", "jsonl"))
+    _formats(p, ("table", "json", "jsonl"), argparse.SUPPRESS)
     p = command("delete", "delete a conversation and all its messages", cmd.delete, csub)
     _conversation(p)
 
@@ -260,10 +276,12 @@ def build_parser() -> argparse.ArgumentParser:
     _conversation(p)
     p.add_argument("--view", choices=VIEW_CHOICES, default="token-limited",
                    help="the view (default: token-limited)")
-    p.add_argument("--budget", "--tokens", dest="budget", type=POSITIVE, default=4000, metavar="N",
+    p.add_argument("--budget", "--tokens", dest="budget", type=VIEW_SIZE, default=4000,
+                   metavar="N",
                    help="token limit of token-limited and score-based (default: 4000)")
-    p.add_argument("--reserve", type=NON_NEGATIVE, default=0, metavar="N",
-                   help="tokens of the budget kept free for the reply (default: 0)")
+    p.add_argument("--reserve", type=VIEW_RESERVE, default=0, metavar="N",
+                   help="tokens of the budget kept free for the reply, less than --budget "
+                        "(default: 0)")
     p.add_argument("--start-on-user", action="store_true",
                    help="token-limited: start the kept suffix at a user message")
     p.add_argument("--keep-rate", type=_number(0.0, 1.0), default=0.9, metavar="RATE",
@@ -271,10 +289,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--half-life", type=_number(0.0, exclusive_min=True), default=None,
                    metavar="SECONDS",
                    help="score-based: decay by age in seconds instead of --keep-rate")
-    p.add_argument("--size", type=POSITIVE, default=20, metavar="N",
+    p.add_argument("--size", type=VIEW_SIZE, default=20, metavar="N",
                    help="buffer size (buffered), tail size (head-and-tail), turns "
                         "(recent-turns) (default: 20)")
-    p.add_argument("--head", type=POSITIVE, default=2, metavar="N",
+    p.add_argument("--head", type=VIEW_SIZE, default=2, metavar="N",
                    help="head size of head-and-tail (default: 2)")
     p.add_argument("--remove-tool-messages", action="store_true",
                    help="recent-turns: leave out tool units but the newest")
@@ -333,7 +351,12 @@ def _exit_code(exc: BaseException) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``memstore`` command; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except KeyboardInterrupt:  # Ctrl-C while starting: no traceback
+        sys.stderr.write("memstore: interrupted\n")
+        return 130
+    out.prepare_stdout()
     try:
         return int(args.func(args))
     except BrokenPipeError:
@@ -352,11 +375,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc, SchemaOutOfDateError):
             # The command that fixes it, for this database (not the library's placeholder).
             text = one_line(Exception(cmd.out_of_date_message(args, exc)))
-        sys.stderr.write(f"memstore: error: {text}\n")
+        sys.stderr.write(f"memstore: error: {out.safe(text)}\n")
         return _exit_code(exc)
     except Exception as exc:  # a bug or an unforeseen failure: still one line
         if args.debug:
             traceback.print_exc()
-        sys.stderr.write(f"memstore: error: {type(exc).__name__}: {one_line(exc)} "
+        sys.stderr.write(f"memstore: error: {type(exc).__name__}: {out.safe(one_line(exc))} "
                          "(--debug shows the traceback)\n")
         return 1

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import io
 import json
 import os
 import shlex
+import stat
 import sys
+import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from pydantic import ValidationError
 from rich.text import Text
@@ -20,9 +24,9 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from memstore import migrate
 from memstore._engine import default_url, parse_url, sync_url
-from memstore._validate import JSON_TOO_DEEP
+from memstore._validate import JSON_TOO_DEEP, validation_summary
 from memstore.cli import _output as out
-from memstore.cli._errors import FileFormatError, UsageError, validation_summary
+from memstore.cli._errors import FileFormatError, UsageError
 from memstore.errors import (
     ConfigurationError,
     ConflictError,
@@ -90,8 +94,11 @@ def url_of(args: argparse.Namespace) -> str:
     cannot use, is a usage error naming where the URL came from.
     """
     given = getattr(args, "url", None)
+    if given == "":
+        raise UsageError("--url: empty (leave it out for the default: $MEMSTORE_URL, else "
+                         "sqlite:///./memstore.db)")
     url = given or default_url()
-    source = "MEMSTORE_URL" if not given and os.environ.get("MEMSTORE_URL") else "--url"
+    source = url_source(args)
     try:
         sync_url(url).get_dialect()
     except ConfigurationError as exc:
@@ -100,6 +107,13 @@ def url_of(args: argparse.Namespace) -> str:
         raise UsageError(f"{source}: cannot use {_shown(url)!r}: {exc} (memstore works with "
                          "sqlite:// and postgresql:// URLs)") from None
     return url
+
+
+def url_source(args: argparse.Namespace) -> str:
+    """Where the command's URL came from, as an error names it: --url or MEMSTORE_URL."""
+    if getattr(args, "url", None) is None and os.environ.get("MEMSTORE_URL"):
+        return "MEMSTORE_URL"
+    return "--url"
 
 
 def _shown(url: str) -> str:
@@ -128,6 +142,25 @@ def require_database(url: str) -> None:
                             "'memstore import' or 'memstore db upgrade' create one)")
 
 
+def check_sqlite_directory(url: str) -> None:
+    """Check, before a command creates a SQLite file, that its directory exists.
+
+    (And that the path is not a directory.) SQLite's own error, "unable to open database
+    file", names neither. The same words as ``memstore db upgrade`` (:mod:`memstore.migrate`) uses.
+    """
+    u = parse_url(url)
+    path = u.database
+    if u.get_backend_name() != "sqlite" or not path or path == ":memory:" \
+            or path.startswith("file:") or u.query.get("uri"):
+        return
+    if os.path.isdir(path):
+        raise ConfigurationError(f"the SQLite database {path!r} is a directory, not a file")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.exists(path) and not os.path.isdir(parent):
+        raise ConfigurationError(f"cannot create the SQLite database {path!r}: the directory "
+                                 f"{parent!r} does not exist")
+
+
 @contextmanager
 def open_store(args: argparse.Namespace, *, write: bool = False,
                create: bool = False) -> Iterator[MemoryStore]:
@@ -137,13 +170,15 @@ def open_store(args: argparse.Namespace, *, write: bool = False,
     writes to an existing conversation (``create=False``).
     """
     url = url_of(args)
-    if not create:
+    if create:
+        check_sqlite_directory(url)
+    else:
         require_database(url)
     try:
         store = MemoryStore(url, migrate="auto" if write else "check")
     except (ArgumentError, NoSuchModuleError, ImportError) as exc:
-        raise UsageError(f"--url: cannot use {url!r}: {exc} (memstore works with "
-                         "sqlite:// and postgresql:// URLs)") from None
+        raise UsageError(f"{url_source(args)}: cannot use {_shown(url)!r}: {exc} (memstore "
+                         "works with sqlite:// and postgresql:// URLs)") from None
     try:
         yield store
     finally:
@@ -151,8 +186,60 @@ def open_store(args: argparse.Namespace, *, write: bool = False,
 
 
 def read_text(path: str) -> str:
-    """A file's text, or standard input for ``-``."""
-    return sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    """A file's text, or standard input for ``-`` (not UTF-8: an error naming the file)."""
+    try:
+        return stdin_utf8().read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise not_utf8(path, exc) from None
+
+
+def stdin_utf8() -> IO[str]:
+    """Standard input read as UTF-8 (strict), whatever the locale's encoding says."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None or not isinstance(sys.stdin, io.TextIOWrapper):
+        return sys.stdin  # replaced (a test's StringIO): already text
+    return io.TextIOWrapper(buffer, encoding="utf-8")
+
+
+def not_utf8(path: str, exc: UnicodeDecodeError) -> FileFormatError:
+    """The error for a file that is not UTF-8 text, naming it (``<stdin>`` for ``-``)."""
+    name = "<stdin>" if path == "-" else path
+    byte = bytes(exc.object[exc.start:exc.start + 1]).hex()
+    return FileFormatError(f"{name}: not UTF-8 text: {exc.reason} (byte 0x{byte})")
+
+
+@contextmanager
+def replaced_file(path: str) -> Iterator[IO[str]]:
+    """A UTF-8 text file that replaces ``path`` only when the block ends without an error.
+
+    It is written as a temporary file in the same directory and renamed over ``path``
+    (``os.replace``) at the end, so an existing file is never truncated or left half
+    written: on an error the temporary file is removed and ``path`` is as it was. A
+    symlink's target is replaced; a path that exists and is not a regular file (a FIFO,
+    ``/dev/stdout``) is written in place.
+    """
+    real = os.path.realpath(path)
+    if os.path.exists(real) and not os.path.isfile(real):
+        with open(path, "w", encoding="utf-8") as fp:
+            yield fp
+        return
+    if os.path.exists(real):
+        mode = stat.S_IMODE(os.stat(real).st_mode)
+    else:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(real) or ".",
+                               prefix=f".{os.path.basename(real)}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w", encoding="utf-8") as fp:
+            yield fp
+        os.replace(tmp, real)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def fmt(args: argparse.Namespace) -> str:
@@ -179,7 +266,7 @@ def _role(m: Message) -> str:
 
 
 def print_messages(messages: Sequence[StoredMessage], form: str) -> None:
-    """Stored messages in one of the four formats."""
+    """Stored messages in one of the four formats (the table narrower on a narrow terminal)."""
     if form == "jsonl":
         out.print_jsonl([m.model_dump_json() for m in messages])
     elif form == "json":
@@ -187,10 +274,17 @@ def print_messages(messages: Sequence[StoredMessage], form: str) -> None:
     elif form == "openai":
         out.print_json([m.to_openai() for m in messages])
     else:
+        console = out.console()
+        if console.width < out.NARROW:  # no room for six columns: the score and time go
+            console.print(out.table(
+                [("seq", {"justify": "right"}), "role", ("tokens", {"justify": "right"}),
+                 "text"],
+                [(m.seq, _role(m), m.token_count, message_preview(m)) for m in messages]))
+            return
         rows = [(m.seq, _role(m), m.token_count, f"{m.score:g}",
                  m.created_at.strftime("%Y-%m-%d %H:%M:%S"), message_preview(m))
                 for m in messages]
-        out.console().print(out.table(
+        console.print(out.table(
             [("seq", {"justify": "right"}), "role", ("tokens", {"justify": "right"}),
              ("score", {"justify": "right"}), "created (UTC)", "text"], rows))
 
@@ -296,6 +390,9 @@ def conversations_list(args: argparse.Namespace) -> int:
     limit = getattr(args, "limit", 100)
     with open_store(args) as store:
         page = store.list_conversations(limit=limit, after=getattr(args, "after", None))
+        # a full page may be the last one: look one conversation further
+        more = len(page) == limit and bool(store.list_conversations(limit=1,
+                                                                   after=page[-1].id))
     form = fmt(args)
     if form == "jsonl":
         out.print_jsonl([c.model_dump_json() for c in page])
@@ -307,9 +404,25 @@ def conversations_list(args: argparse.Namespace) -> int:
         out.console().print(out.table(
             ["id", ("messages", {"justify": "right"}), ("tokens", {"justify": "right"}),
              "updated (UTC)"], rows))
-    if len(page) == limit:
-        out.status(f"more after this page: memstore conversations list --after {page[-1].id}")
+    if more:
+        out.status(f"more after this page: {next_page_command(args, page[-1].id)}")
     return 0
+
+
+def next_page_command(args: argparse.Namespace, last_id: str) -> str:
+    """The command that lists the next page: this one's options, ``--after`` the last id.
+
+    Shell-quoted (``$'...'`` for an id with control characters); ``--url`` is repeated
+    with its password hidden (``***``: put it back, or use ``MEMSTORE_URL``).
+    """
+    words = ["memstore", "conversations", "list", "--after", out.shell_word(last_id)]
+    if hasattr(args, "limit"):
+        words += ["--limit", str(args.limit)]
+    if getattr(args, "format", None):
+        words += ["--format", args.format]
+    if getattr(args, "url", None):
+        words += ["--url", out.shell_word(_shown(args.url))]
+    return " ".join(words)
 
 
 def conversations_show(args: argparse.Namespace) -> int:
@@ -373,7 +486,12 @@ def append(args: argparse.Namespace) -> int:
             fields[key] = getattr(args, key)
     message = Message.from_openai(fields, score=args.score, pinned=args.pin)
     with open_store(args, write=True, create=True) as store:
+        # a client id stored before comes back as it was: not after the last seq
+        before = _last_seq(store, args.conversation_id) if args.id is not None else None
         stored = store.append(args.conversation_id, message)
+    if before is not None and stored.seq <= before:
+        print(f"already stored as seq {stored.seq} (client id {args.id!r}): nothing new")
+        return 0
     print(f"stored seq {stored.seq} ({out.counted(stored.token_count, 'token')}, "
           f"{stored.token_counter})")
     return 0
@@ -454,12 +572,19 @@ def import_(args: argparse.Namespace) -> int:
         return _import_openai(args)
     transfer = _transfer()
     name = "<stdin>" if args.file == "-" else args.file
-    fp: IO[str] = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")  # noqa: SIM115
+    fp: IO[str] = stdin_utf8() if args.file == "-" else open(args.file, encoding="utf-8")  # noqa: SIM115
     try:
+        # The file's first line is checked before the database is opened (and perhaps
+        # created and migrated): a wrong file changes nothing.
+        head = _first_lines(fp, name, args.file)
+        if not head:
+            print("the file holds no conversation")
+            return 0
         with open_store(args, write=True, create=True) as store, \
                 out.progress_bar(f"importing {name}", None) as progress:
             try:
-                result = transfer.import_jsonl(store, fp, replace=args.replace,
+                result = transfer.import_jsonl(store, cast(IO[str], _Replay(head, fp)),
+                                               replace=args.replace,
                                                rename=args.target, progress=progress)
             except (MemstoreError, ValidationError) as exc:
                 for done in getattr(exc, "imported", None) or ():
@@ -480,13 +605,53 @@ def import_(args: argparse.Namespace) -> int:
                 raise FileFormatError(f"{where}: {text.removeprefix(f'line {line}: ')}"
                                       ) from exc
     finally:
-        if fp is not sys.stdin:
+        if args.file != "-":
             fp.close()
     for c in result.conversations:
         _print_imported(c)
     if not result.conversations:
         print("the file holds no conversation")
     return 0
+
+
+def _first_lines(fp: IO[str], name: str, path: str) -> list[str]:
+    """The lines of ``fp`` up to its first non-blank one, which must be a JSON object.
+
+    Empty when the file holds only blank lines. Not UTF-8 text, or not JSON, is an
+    error naming the file (and the line).
+    """
+    head: list[str] = []
+    while True:
+        try:
+            line = fp.readline()
+        except UnicodeDecodeError as exc:
+            raise not_utf8(path, exc) from None
+        if not line:
+            return []
+        head.append(line)
+        if line.strip():
+            break
+    try:
+        first = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise FileFormatError(f"{name}:{len(head)}: not JSON: {exc.msg}") from None
+    except RecursionError:
+        raise FileFormatError(f"{name}:{len(head)}: {JSON_TOO_DEEP}") from None
+    if not isinstance(first, dict):
+        raise FileFormatError(f"{name}:{len(head)}: expected a JSON object (a memstore "
+                              f"export line), got {type(first).__name__}")
+    return head
+
+
+class _Replay:
+    """A file's ``readline`` that first gives back the lines already read from it."""
+
+    def __init__(self, head: list[str], fp: IO[str]) -> None:
+        self._head = list(head)
+        self._fp = fp
+
+    def readline(self, size: int = -1) -> str:
+        return self._head.pop(0) if self._head else self._fp.readline(size)
 
 
 #: :data:`memstore.transfer.RENAME_HINT` and ``RENAME_ONE`` said of ``memstore import``'s
@@ -505,7 +670,7 @@ def _print_imported(c: Any) -> None:
     else:
         what = f"nothing new ({out.counted(c.unchanged, 'message')} already stored)"
     what += f", {out.counted(c.summaries, 'summary', 'summaries')} stored" if c.summaries else ""
-    print(f"{c.id}: {what}")
+    print(f"{out.safe(c.id)}: {what}")
 
 
 def _transfer() -> Any:
@@ -516,21 +681,20 @@ def _transfer() -> Any:
 def export(args: argparse.Namespace) -> int:
     """``memstore export [CONV...] [-o FILE]``."""
     transfer = _transfer()
+    target = args.output if args.output and args.output != "-" else None
     with open_store(args) as store:
-        target = args.output if args.output and args.output != "-" else None
-        fp: IO[str] = open(target, "w", encoding="utf-8") if target else sys.stdout  # noqa: SIM115
-        try:
-            with out.progress_bar("exporting", None) as progress:
-                result = transfer.export_jsonl(store, fp, args.conversation_ids or None,
-                                               progress=progress)
-        finally:
-            if target:
-                fp.close()
+        for cid in dict.fromkeys(args.conversation_ids):  # an unknown id: before any output
+            store.get_conversation(cid)
+        with out.progress_bar("exporting", None) as progress, \
+                (replaced_file(target) if target
+                 else contextlib.nullcontext(out.utf8_stdout())) as fp:
+            result = transfer.export_jsonl(store, fp, args.conversation_ids or None,
+                                           progress=progress)
     out.status(f"exported {out.counted(result.conversations, 'conversation')}, "
                f"{out.counted(result.messages, 'message')}"
                + (f", {out.counted(result.summaries, 'summary', 'summaries')}"
                   if result.summaries else "")
-               + (f" to {target}" if target else ""))
+               + (f" to {out.safe(target)}" if target else ""))
     return 0
 
 
@@ -603,6 +767,9 @@ def why_kept(window: ContextWindow) -> list[str]:
 
 def window(args: argparse.Namespace) -> int:
     """``memstore window CONV``."""
+    if args.view in ("token-limited", "score-based") and args.reserve >= args.budget:
+        raise UsageError(f"--reserve {args.reserve} must be less than --budget {args.budget} "
+                         "(the reserve is the part of the budget kept free for the reply)")
     view = make_view(args)
     with open_store(args) as store:
         try:
@@ -654,10 +821,22 @@ def window(args: argparse.Namespace) -> int:
 
 
 def pop(args: argparse.Namespace) -> int:
-    """``memstore pop CONV [-n N]``: prints what it deleted."""
+    """``memstore pop CONV [-n N]``: prints what it deletes, and deletes it once printed.
+
+    The messages are printed (and standard output flushed) inside the transaction that
+    deletes them (:meth:`MemoryStore.rewrite` replacing the ``n`` newest with nothing,
+    which is what :meth:`MemoryStore.pop` does): when printing fails (a closed pipe, say)
+    the transaction is rolled back and nothing is deleted.
+    """
+    form = fmt(args)
+
+    def print_then_delete(newest: list[StoredMessage]) -> list[Message]:
+        print_messages(newest, form)
+        sys.stdout.flush()
+        return []
+
     with open_store(args, write=True) as store:
-        popped = store.pop(args.conversation_id, args.n)
-    print_messages(popped, fmt(args))
+        store.rewrite(args.conversation_id, print_then_delete, newest=args.n)
     return 0
 
 
@@ -678,9 +857,10 @@ def state_save(args: argparse.Namespace) -> int:
         state = store.save_state(args.conversation_id)
     text = state.to_json()
     if args.output and args.output != "-":
-        Path(args.output).write_text(text, encoding="utf-8")
+        with replaced_file(args.output) as fp:
+            fp.write(text)
     else:
-        print(text)
+        out.utf8_stdout().write(text + "\n")
     return 0
 
 

@@ -196,16 +196,9 @@ def _cell(decision: str) -> Text:
     return Text(f"✗ {_SHORT.get(decision, decision)}", style="red")
 
 
-def demo_table(result: DemoResult, width: int = 100) -> Table:
-    """The side-by-side table: one row per message, one column per view.
-
-    ``width`` is the console's: the text preview gets what the other columns leave
-    (and is left out below 12 characters), so every row stays on one line. When even
-    the view columns do not fit (a footer "too small" at 80 columns), their footers and
-    headers wrap, and so does the legend: nothing is cut off.
-    """
-    total = sum(m.token_count for m in result.messages)
-    settings = "; ".join(f"{name}: {setting}" for name, setting in result.columns)
+def _layout(result: DemoResult) -> tuple[list[tuple[StoredMessage, str, list[Text]]],
+                                          list[Text], list[str], list[int], list[int]]:
+    """Rows, footers, headers, and each view column's least and one-line widths."""
     rows = []
     for m in result.messages:
         cells = [_cell(result.decision(i, m.seq)) for i in range(len(result.windows))]
@@ -220,6 +213,27 @@ def demo_table(result: DemoResult, width: int = 100) -> Table:
              for i, (h, f) in enumerate(zip(headers, footers))]
     widths = [max(*(len(x) for x in h.split("\n")), len(f), w)
               for h, f, w in zip(headers, footers, least)]
+    return rows, footers, headers, least, widths
+
+
+def demo_min_width(result: DemoResult) -> int:
+    """The narrowest console the table fits whole (seq, role, tokens and every view)."""
+    least = _layout(result)[3]
+    return 3 + 9 + 6 + sum(least) + len(least) + 2  # one space between columns
+
+
+def demo_table(result: DemoResult, width: int = 100) -> Table:
+    """The side-by-side table: one row per message, one column per view.
+
+    ``width`` is the console's: the text preview gets what the other columns leave
+    (and is left out below 12 characters), so every row stays on one line. When even
+    the view columns do not fit (a footer "too small" at 80 columns), their footers and
+    headers wrap at spaces, and so does the legend. Below :func:`demo_min_width` the
+    table does not fit whole: :func:`demo` then renders it that wide and says so.
+    """
+    total = sum(m.token_count for m in result.messages)
+    settings = "; ".join(f"{name}: {setting}" for name, setting in result.columns)
+    rows, footers, headers, least, widths = _layout(result)
     fixed = 3 + 9 + 6 + sum(widths) + len(widths) + 3  # one space between columns
     text_width = min(48, width - fixed - 1)
     table = Table(
@@ -281,6 +295,13 @@ def demo(args: argparse.Namespace) -> int:
         out.print_json(demo_json(result))
         return 0
     console = out.console()
+    needed = demo_min_width(result)
+    if console.width < needed:
+        # Narrower, columns would be dropped and words cut: render it whole, this wide
+        # (the terminal wraps the lines), and say so.
+        out.status(f"memstore demo: the table needs {needed} columns and the terminal has "
+                   f"{console.width}; widen it, or use --format json")
+        console = out.console(width=needed)
     console.print(demo_table(result, console.width))
     # The hint's budget is one the score-based view can serve (the demo's, unless too small).
     scored = result.windows[[name for name, _ in result.columns].index("score-based")]

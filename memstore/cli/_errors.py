@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
+from memstore._validate import validation_summary
 from memstore.errors import MemstoreError
 
 __all__ = ["FileFormatError", "UsageError", "one_line"]
@@ -15,16 +16,6 @@ class UsageError(MemstoreError):
 
 class FileFormatError(MemstoreError):
     """An input file is not what the command reads; the message names file and line (exit 1)."""
-
-
-def validation_summary(exc: ValidationError) -> str:
-    """A pydantic error as one line (``field: problem; ...``), without documentation URLs."""
-    parts = []
-    for error in exc.errors(include_url=False):
-        loc = ".".join(str(x) for x in error.get("loc", ()) if x != "__root__")
-        msg = str(error.get("msg", "invalid")).removeprefix("Value error, ")
-        parts.append(f"{loc}: {msg}" if loc else msg)
-    return "; ".join(parts) or str(exc)
 
 
 def one_line(exc: BaseException) -> str:

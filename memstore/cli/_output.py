@@ -6,12 +6,16 @@ progress only when standard error is a terminal.
 
 from __future__ import annotations
 
+import io
 import json
+import shlex
 import sys
+import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TextIO
 
+from rich import box
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -26,6 +30,7 @@ from rich.text import Text
 
 __all__ = [
     "FORMATS",
+    "NARROW",
     "console",
     "counted",
     "default_format",
@@ -33,23 +38,72 @@ __all__ = [
     "preview",
     "print_json",
     "print_jsonl",
+    "prepare_stdout",
     "progress_bar",
+    "safe",
+    "shell_word",
     "status",
     "table",
+    "utf8_stdout",
 ]
+
+#: Below this terminal width tables drop their outer borders (and the messages table its
+#: score and created columns), so the text keeps some room.
+NARROW = 64
 
 #: Every output format; each command accepts those that make sense for its data.
 FORMATS = ("table", "json", "jsonl", "openai")
 
 
-def console(file: TextIO | None = None) -> Console:
+class _Console(Console):
+    """A Rich console whose closed pipe is a :class:`BrokenPipeError`, not ``SystemExit(1)``.
+
+    Rich's own handler exits with status 1; re-raised, the error reaches the command's
+    handler, which ends quietly with status 0 (the reader of ``| head`` went away).
+    """
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
+def _is_utf8(stream: Any) -> bool:
+    encoding = (getattr(stream, "encoding", None) or "utf-8").lower().replace("_", "-")
+    return encoding in ("utf-8", "utf8")
+
+
+def prepare_stdout() -> None:
+    """On a standard output that is not UTF-8, replace what it cannot encode.
+
+    A table or a status line then shows ``?`` for a character the terminal's encoding
+    lacks instead of failing; JSON switches the stream to UTF-8 (:func:`utf8_stdout`).
+    """
+    stream = sys.stdout
+    if isinstance(stream, io.TextIOWrapper) and not _is_utf8(stream):
+        stream.reconfigure(errors="replace")
+
+
+def utf8_stdout() -> TextIO:
+    """Standard output, switched to UTF-8 first when it is not: JSON is UTF-8 text.
+
+    (``PYTHONIOENCODING=ascii`` or a C locale would otherwise fail on the first
+    character outside the terminal's encoding; the data is written exactly.)
+    """
+    stream = sys.stdout
+    if isinstance(stream, io.TextIOWrapper) and not _is_utf8(stream):
+        stream.reconfigure(encoding="utf-8", errors="strict")
+    return stream
+
+
+def console(file: TextIO | None = None, width: int | None = None) -> Console:
     """A Rich console on standard output (looked up at call time, so tests can capture it)."""
-    return Console(file=file or sys.stdout, highlight=False, markup=False, soft_wrap=False)
+    return _Console(file=file or sys.stdout, highlight=False, markup=False, soft_wrap=False,
+                    emoji=False, width=width)
 
 
 def err_console() -> Console:
     """A Rich console on standard error."""
-    return Console(file=sys.stderr, highlight=False, markup=False, stderr=True)
+    return Console(file=sys.stderr, highlight=False, markup=False, stderr=True, emoji=False)
 
 
 def default_format() -> str:
@@ -58,14 +112,15 @@ def default_format() -> str:
 
 
 def print_json(value: Any) -> None:
-    """Pretty JSON on standard output."""
-    sys.stdout.write(json.dumps(value, ensure_ascii=False, indent=2, default=str) + "\n")
+    """Pretty JSON on standard output (UTF-8)."""
+    utf8_stdout().write(json.dumps(value, ensure_ascii=False, indent=2, default=str) + "\n")
 
 
 def print_jsonl(lines: Sequence[str]) -> None:
-    """Already-serialised JSON lines on standard output."""
+    """Already-serialised JSON lines on standard output (UTF-8)."""
+    stream = utf8_stdout()
     for line in lines:
-        sys.stdout.write(line + "\n")
+        stream.write(line + "\n")
 
 
 def counted(n: int, word: str, plural: str | None = None) -> str:
@@ -78,23 +133,75 @@ def status(message: str) -> None:
     sys.stderr.write(message + "\n")
 
 
+#: Unicode categories shown as escapes: control and format characters (a terminal acts on
+#: them: ESC starts a colour or title sequence, U+202E reverses the text), surrogates,
+#: and line and paragraph separators.
+_UNSAFE = frozenset(("Cc", "Cf", "Cs", "Zl", "Zp"))
+
+
+def _escape(ch: str) -> str:
+    code = ord(ch)
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def safe(text: str) -> str:
+    r"""``text`` as it may reach a terminal: control and format characters as escapes.
+
+    Stored content and ids come from users, LLMs and tools; printed raw, an ESC or a
+    bidi override would act on the terminal. ``\x1b``, ``\u202e`` and the like are
+    shown instead (a backslash stays a backslash). JSON output is never escaped this way.
+    """
+    if text.isprintable():  # the common case: nothing to escape (a space is printable)
+        return text
+    return "".join(_escape(c) if unicodedata.category(c) in _UNSAFE else c for c in text)
+
+
+def shell_word(text: str) -> str:
+    """``text`` quoted for a POSIX shell, printable: ``$'...'`` when it holds escapes."""
+    if safe(text) == text:
+        return shlex.quote(text)
+    body = "".join("\\\\" if c == "\\" else "\\'" if c == "'" else c for c in text)
+    return "$'" + safe(body) + "'"
+
+
 def preview(text: str, width: int = 60) -> str:
-    """One line of ``text``, at most ``width`` characters."""
-    flat = " ".join(text.split())
+    """One line of ``text``, at most ``width`` characters, control characters escaped.
+
+    Runs of whitespace (newlines and tabs included) become one space.
+    """
+    flat = safe(" ".join(text.split()))
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
 def table(columns: Sequence[str | tuple[str, dict[str, Any]]], rows: Sequence[Sequence[Any]],
           *, title: str | None = None, caption: str | None = None) -> Table:
-    """A Rich table; a column is a header or ``(header, Column options)``."""
-    t = Table(title=title, caption=caption, caption_justify="left", show_lines=False)
+    """A Rich table; a column is a header or ``(header, Column options)``.
+
+    Every cell that is not already a :class:`~rich.text.Text` goes through :func:`safe`.
+    Columns justified right (numbers: seq, tokens) never wrap and keep their widest
+    cell whole. The others wrap when the terminal is narrow (a long word is folded):
+    rows grow taller rather than a number turning into "…" or the text vanishing.
+    Below :data:`NARROW` columns the table has no outer border.
+    """
+    narrow = console().width < NARROW
+    compact: dict[str, Any] = {"box": box.SIMPLE_HEAD, "show_edge": False,
+                               } if narrow else {}
+    t = Table(title=safe(title) if title else None, caption=caption, caption_justify="left",
+              show_lines=False, **compact)
+    cells = [[cell if isinstance(cell, Text) else Text(safe(str(cell))) for cell in row]
+             for row in rows]
     for i, column in enumerate(columns):
         header, options = column if isinstance(column, tuple) else (column, {})
-        if i < len(columns) - 1:  # the last column (the text) wraps; the others never do
-            options = {"no_wrap": True, **options}
+        if options.get("justify") == "right":  # a number: whole, on one line
+            least = max([len(header), *(r[i].cell_len for r in cells)])
+            options = {"no_wrap": True, "min_width": least, **options}
+        else:
+            options = {"overflow": "fold", **options}
         t.add_column(header, **options)
-    for row in rows:
-        t.add_row(*(cell if isinstance(cell, Text) else Text(str(cell)) for cell in row))
+    for row in cells:
+        t.add_row(*row)
     return t
 
 
