@@ -718,6 +718,14 @@ def test_db_commands_refuse_relative_revisions_past_either_end(db_url: str, caps
     code, out, _ = run(capsys, "db", "downgrade", "-2", "--url", db_url)
     assert code == 0 and "memstore schema at base (no memstore tables)" in out
     assert run(capsys, "db", "upgrade", "--url", db_url)[0] == 0
+    # an upgrade to a revision below the database's leaves it, and says so
+    code, out, _ = run(capsys, "db", "upgrade", "0002_conversation_epoch", "--url", db_url)
+    assert code == 0 and out.strip() == (
+        f"memstore schema at {head} (already past 0002_conversation_epoch; upgrade never "
+        "moves down: `memstore db downgrade 0002_conversation_epoch` does)")
+    assert migrate.current(db_url) == (head,)
+    code, out, _ = run(capsys, "db", "upgrade", head, "--url", db_url)
+    assert code == 0 and out.strip() == f"memstore schema at {head}"
 
 
 def test_db_commands_on_sqlite_paths_that_cannot_be_a_database(tmp_path: Path,

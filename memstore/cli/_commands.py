@@ -333,7 +333,15 @@ def db_upgrade(args: argparse.Namespace) -> int:
         migrate.upgrade(url, args.revision, sql=True, output=sys.stdout)
         return 0
     migrate.upgrade(url, args.revision)
-    print(f"memstore schema at {_schema_at(url)}")
+    at = _schema_at(url)
+    line = f"memstore schema at {at}"
+    order = migrate.REVISIONS
+    if args.revision in order and at in order and order.index(at) > order.index(args.revision):
+        # upgrade leaves a database past its target as it is (a deploy step may ask for
+        # "at least X"); say so, since the user may have meant to go back.
+        line += (f" (already past {args.revision}; upgrade never moves down: "
+                 f"`memstore db downgrade {args.revision}` does)")
+    print(line)
     return 0
 
 
