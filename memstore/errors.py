@@ -215,7 +215,23 @@ _BUSY_MARKERS = ("database is locked", "database table is locked", "could not se
 _LOST_MARKERS = ("terminating connection due to administrator command",
                  "server closed the connection unexpectedly", "connection is closed",
                  "the connection is lost", "consuming input failed", "connection refused",
-                 "could not receive data from server", "ssl connection has been closed")
+                 "could not receive data from server", "ssl connection has been closed",
+                 "the database system is starting up", "the database system is shutting down",
+                 "the database system is in recovery mode", "connection timeout expired",
+                 "could not connect to server", "no route to host")
+
+#: PostgreSQL SQLSTATEs of a lost or refused connection (class 08, and the server
+#: shutting down, crashing or starting up: 57P01-57P03), and of a lock or
+#: serialization failure (40001, 40P01, 55P03) or too many connections (53300),
+#: which every server language reports alike.
+_LOST_STATES = ("57P01", "57P02", "57P03")
+_BUSY_STATES = ("40001", "40P01", "55P03", "53300")
+
+
+def _sqlstate(orig: object) -> str:
+    """The driver exception's SQLSTATE (psycopg: ``sqlstate``; others: ``pgcode``), or ""."""
+    code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    return code if isinstance(code, str) else ""
 
 
 @contextmanager
@@ -235,9 +251,11 @@ def translate_db_errors() -> Iterator[None]:
         raise ConflictError(f"the write conflicts with stored data: {exc.orig}") from exc
     except sa_exc.DBAPIError as exc:
         text = str(exc.orig).lower()
-        if any(marker in text for marker in _BUSY_MARKERS):
+        state = _sqlstate(exc.orig)
+        if state in _BUSY_STATES or any(marker in text for marker in _BUSY_MARKERS):
             raise DatabaseBusyError(f"the database is busy: {exc.orig}") from exc
-        if exc.connection_invalidated or any(marker in text for marker in _LOST_MARKERS):
+        if (exc.connection_invalidated or state.startswith("08") or state in _LOST_STATES
+                or any(marker in text for marker in _LOST_MARKERS)):
             raise ConnectionLostError(
                 f"the database connection failed or was lost (retryable): {exc.orig}"
             ) from exc

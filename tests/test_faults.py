@@ -338,3 +338,76 @@ def test_an_exhausted_pool_is_a_retryable_busy_error(db_url: str) -> None:
         held.close()
     assert store.append("c", Message.user("again")).seq == 2
     store.close()
+
+
+def _refusing_server(message: str) -> tuple[Any, int]:
+    """A local socket that answers every PostgreSQL startup with FATAL 57P03 ``message``,
+    what a restarting server sends to new connections."""
+    import socket
+    import struct
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError:  # closed by the test
+                return
+            try:
+                size = struct.unpack("!I", conn.recv(4))[0]
+                body = conn.recv(size - 4)
+                if struct.unpack("!I", body[:4])[0] == 80877103:  # an SSL request: no
+                    conn.sendall(b"N")
+                    size = struct.unpack("!I", conn.recv(4))[0]
+                    conn.recv(size - 4)
+                fields = b"SFATAL\0VFATAL\0C57P03\0M" + message.encode() + b"\0\0"
+                conn.sendall(b"E" + struct.pack("!I", len(fields) + 4) + fields)
+            finally:
+                conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return sock, sock.getsockname()[1]
+
+
+@pytest.mark.parametrize("message", ["the database system is starting up",
+                                     "the database system is shutting down"])
+def test_a_server_restarting_refuses_connections_retryably(message: str) -> None:
+    """During a PostgreSQL restart new connections are refused (57P03): a retryable
+    ConnectionLostError, as docs/reliability.md tells callers to retry."""
+    pytest.importorskip("psycopg")
+    from memstore.errors import ConnectionLostError
+
+    sock, port = _refusing_server(message)
+    try:
+        with pytest.raises(ConnectionLostError, match=message):
+            MemoryStore(f"postgresql+psycopg://postgres@127.0.0.1:{port}/x?sslmode=disable")
+    finally:
+        sock.close()
+
+
+@pytest.mark.parametrize(("sqlstate", "expected"), [
+    ("40001", "DatabaseBusyError"), ("40P01", "DatabaseBusyError"),
+    ("55P03", "DatabaseBusyError"), ("53300", "DatabaseBusyError"),
+    ("08006", "ConnectionLostError"), ("08001", "ConnectionLostError"),
+    ("57P01", "ConnectionLostError"), ("57P03", "ConnectionLostError"),
+    ("42P01", "DatabaseError"),
+])
+def test_driver_errors_are_classified_by_sqlstate_in_any_language(sqlstate: str,
+                                                                  expected: str) -> None:
+    """A server with another lc_messages words its errors in its language: the SQLSTATE
+    decides whether a failure is retryable."""
+    from sqlalchemy import exc as sa_exc
+
+    from memstore import errors
+
+    class DriverError(Exception):
+        def __init__(self, state: str) -> None:
+            super().__init__("FEHLER: etwas ist schiefgegangen")  # no English marker
+            self.sqlstate = state
+
+    with pytest.raises(errors.DatabaseError) as info, errors.translate_db_errors():
+        raise sa_exc.OperationalError("SELECT 1", {}, DriverError(sqlstate))
+    assert type(info.value).__name__ == expected
