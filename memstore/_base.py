@@ -609,6 +609,11 @@ class RewriteCall:
         token = _IN_REWRITE.set(True)
         try:
             result = self.fn(list(messages))
+            if (isinstance(result, Iterable) and not isinstance(
+                    result, (list, tuple, str, bytes, Mapping, Message))):
+                # A generator's body runs as it is consumed: inside the guard, so a
+                # store call it makes is refused too (it would wait for this rewrite).
+                result = list(result)
         finally:
             _IN_REWRITE.reset(token)
         return replacements(result, messages, self.counter)

@@ -331,6 +331,7 @@ class AsyncMemoryStore:
         self, cid: str, start: int | None, stop: int | None, size: int,
         summaries: list[Summary] | None = None,
     ) -> AsyncGenerator[tuple[Conversation | None, list[StoredMessage]], None]:
+        _base.refuse_inside_rewrite()
         await self.setup()
         pager = _base.Pager(size, _base.snapshot_pages(self._engine.url))
         conn: AsyncConnection | None = None
@@ -392,6 +393,7 @@ class AsyncMemoryStore:
 
         A snapshot file is read synchronously, batch by batch, inside the transaction.
         """
+        _base.refuse_inside_rewrite()
         await self.setup()
         if _stateio.is_file(state):
             head, messages = _stateio.read_state(state)  # type: ignore[arg-type]

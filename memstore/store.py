@@ -429,6 +429,7 @@ class MemoryStore:
         With ``summaries`` given, the first page also reads the conversation's
         summaries into that list (from the header's snapshot).
         """
+        _base.refuse_inside_rewrite()
         pager = _base.Pager(size, _base.snapshot_pages(self._engine.url))
         conn: Connection | None = None
         try:
@@ -529,6 +530,7 @@ class MemoryStore:
     @contextmanager
     def _write_connection(self) -> Iterator[Connection]:
         """One write transaction (committed when the block ends without an exception)."""
+        _base.refuse_inside_rewrite()
         with translate_db_errors(), self._engine.connect() as conn:
             conn.execution_options(**write_options())
             with conn.begin():

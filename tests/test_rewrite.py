@@ -6,6 +6,7 @@ Every test runs on SQLite and PostgreSQL, with the sync and the async store.
 from __future__ import annotations
 
 import asyncio
+import io
 import threading
 import time
 from typing import Any
@@ -26,6 +27,7 @@ from memstore import (
 )
 from memstore.aio import AsyncMemoryStore
 from memstore.tokens import FixedCounter
+from memstore.transfer import export_jsonl, import_jsonl
 from tests.helpers import call
 
 
@@ -499,6 +501,31 @@ async def test_a_store_called_from_inside_fn_is_refused(store: Any, db_url: str)
 
     with pytest.raises(InvalidInputError, match="inside rewrite's fn"):
         await call(store.rewrite("c", reentrant))
+
+    def generator(ms: list[StoredMessage]) -> Any:
+        """A generator's body runs while its result is consumed: still inside fn."""
+        other.append("c", Message.user("from a generator"))
+        yield from ms
+
+    def restoring(ms: list[StoredMessage]) -> list[Any]:
+        other.restore_state(io.StringIO(other_state), "elsewhere")
+        return ms
+
+    def importing(ms: list[StoredMessage]) -> list[Any]:
+        import_jsonl(other, io.StringIO(exported))
+        return ms
+
+    def iterating(ms: list[StoredMessage]) -> list[Any]:
+        list(other.iter_messages("c"))
+        return ms
+
+    other_state = other.save_state("c").to_json()
+    buffer = io.StringIO()
+    export_jsonl(other, buffer, ["c"])
+    exported = buffer.getvalue().replace('"id":"c"', '"id":"copy"', 1)
+    for fn in (generator, restoring, importing, iterating):
+        with pytest.raises(InvalidInputError, match="inside rewrite's fn"):
+            await call(store.rewrite("c", fn))
     other.close()
     assert await snapshot(store) == before
     # outside fn the same store works as usual
