@@ -52,7 +52,9 @@ that kept replacing each other).
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from collections import OrderedDict
 from typing import NamedTuple
 
@@ -110,6 +112,10 @@ class RowCache:
         self._hits = 0
         self._misses = 0
         self._lock = threading.Lock()
+        if hasattr(os, "register_at_fork"):
+            # A lock another thread held at fork would stay held in the child forever.
+            ref = weakref.ref(self)
+            os.register_at_fork(after_in_child=lambda: _new_lock(ref))
 
     def __len__(self) -> int:
         """Messages held."""
@@ -208,3 +214,10 @@ def _newest(rows: dict[int, StoredMessage], limit: int) -> dict[int, StoredMessa
     others = sorted(s for s, m in rows.items() if not m.anchored)
     keep = anchored + (others[-room:] if room > 0 else [])
     return {s: rows[s] for s in sorted(keep)}
+
+
+def _new_lock(ref: weakref.ref[RowCache]) -> None:
+    """In a forked child: a fresh lock for the cache (the inherited one may be held)."""
+    cache = ref()
+    if cache is not None:
+        cache._lock = threading.Lock()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import os
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, create_engine, event, pool
@@ -204,6 +205,7 @@ def make_engine(
     u = sync_url(url)
     engine: Engine = _create(create_engine, u, _engine_kwargs(u, options))
     install_sqlite_hooks(engine, busy_timeout=busy_timeout, durability=durability)
+    forget_connections_after_fork(engine)
     return engine
 
 
@@ -216,7 +218,31 @@ def make_async_engine(
     u = async_url(url)
     engine: AsyncEngine = _create(create_async_engine, u, _engine_kwargs(u, options))
     install_sqlite_hooks(engine.sync_engine, busy_timeout=busy_timeout, durability=durability)
+    forget_connections_after_fork(engine.sync_engine)
     return engine
+
+
+def forget_connections_after_fork(engine: Engine) -> None:
+    """Give a forked child its own connections: the pool's inherited ones are dropped.
+
+    A connection's socket (or SQLite file handle) is shared with the parent after
+    ``os.fork()``: two processes talking over one PostgreSQL socket read each other's
+    replies. In the child, the pool is replaced without closing what it held (closing
+    would end the parent's sessions too), as SQLAlchemy's guide to multiprocessing
+    does. An in-memory SQLite database lives in its one connection, which the child
+    has a copy of: it is kept. The engine is held weakly (a store's engine is
+    collected with it).
+    """
+    if not hasattr(os, "register_at_fork") or _is_memory(engine.url):
+        return
+    ref = weakref.ref(engine)
+
+    def after_in_child() -> None:
+        alive = ref()
+        if alive is not None:
+            alive.dispose(close=False)
+
+    os.register_at_fork(after_in_child=after_in_child)
 
 
 def install_sqlite_hooks(

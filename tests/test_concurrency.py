@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 import threading
 from typing import Any
 
@@ -116,3 +117,51 @@ def test_loads_into_a_conversation_being_created_concurrently_do_not_conflict(
     for store in stores:
         store.close()
     assert errors == []
+
+
+def _windows_of_own_conversation(store: Any, cid: str, who: str, rounds: int) -> str:
+    """Read ``cid``'s window ``rounds`` times (appending now and then); what went wrong."""
+    from memstore import UnboundedView
+
+    for i in range(rounds):
+        try:
+            if i % 10 == 0:
+                store.append(cid, Message.user(f"{who} more {i}"))
+            window = store.window(cid, UnboundedView())
+        except Exception as exc:  # every failure is reported, not only memstore's
+            return f"{who}: {type(exc).__name__}: {exc}"
+        if window.conversation_id != cid or any(not m.text.startswith(who)
+                                                for m in window.messages):
+            return f"{who}: read another process's rows: {[m.text for m in window.messages]}"
+    return ""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork on this platform")
+def test_a_store_opened_before_fork_gives_the_child_its_own_connections(db_url: str) -> None:
+    """Parent and child shared the pooled PostgreSQL socket after os.fork() and read each
+    other's replies (a window of the wrong conversation, silently). The child's pool
+    now starts empty; the parent's connections stay open."""
+    store = MemoryStore(db_url, counter=FixedCounter(), cache_size=0)
+    store.extend("parent", [Message.user(f"parent {i}") for i in range(3)])
+    store.extend("child", [Message.user(f"child {i}") for i in range(3)])
+    store.count_tokens("parent")  # the pool now holds an open connection
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report through the pipe, never return into pytest
+        code = 1
+        try:
+            os.close(reader)
+            problem = _windows_of_own_conversation(store, "child", "child", 300)
+            os.write(writer, problem.encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(writer)
+    problem = _windows_of_own_conversation(store, "parent", "parent", 300)
+    _, status = os.waitpid(pid, 0)
+    child_problem = os.read(reader, 65536).decode()
+    os.close(reader)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert (problem, child_problem) == ("", "")
+    assert len(store.messages("child")) == 3 + 30 and len(store.messages("parent")) == 33
+    store.close()
