@@ -46,6 +46,7 @@ from memstore.errors import (
     ReadOnlyError,
     SchemaOutOfDateError,
     SchemaTooNewError,
+    StoreClosedError,
     TokenizerUnavailableError,
     TransientError,
 )
@@ -180,6 +181,7 @@ __all__ = [
     "SchemaOutOfDateError",
     "SchemaTooNewError",
     "ScoreBasedView",
+    "StoreClosedError",
     "StoreStats",
     "StoredMessage",
     "Strategy",

@@ -46,6 +46,7 @@ from memstore.errors import (
     ConflictError,
     DatabaseNotFoundError,
     InvalidInputError,
+    StoreClosedError,
 )
 from memstore.models import (
     MAX_ID_LENGTH,
@@ -622,6 +623,14 @@ class RewriteCall:
 #: True while a rewrite's ``fn`` runs (in its thread or task context).
 _IN_REWRITE: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "memstore_in_rewrite", default=False)
+
+
+def refuse_closed(closed: bool) -> None:
+    """Refuse a call on a closed store (it would open a pool nothing closes again)."""
+    if closed:
+        raise StoreClosedError(
+            "this store was closed (close(), or the end of its with block): open a new "
+            "store to go on")
 
 
 def refuse_inside_rewrite() -> None:

@@ -90,6 +90,7 @@ class AsyncMemoryStore:
         durability: Durability = "full",
         **engine_options: Any,
     ) -> None:
+        self._closed = False
         self._mode, self._plan, self._owns_engine, self._engine = _base.open_engine(
             url, engine, counter, migrate, busy_timeout, engine_options,
             cache_size=cache_size, durability=durability,
@@ -126,6 +127,7 @@ class AsyncMemoryStore:
         Raises:
             SchemaOutOfDateError: the server schema is behind memstore's head.
         """
+        _base.refuse_closed(self._closed)
         if self._ready:
             return
         async with self._ready_lock:
@@ -144,6 +146,7 @@ class AsyncMemoryStore:
             self._ready = True
 
     async def _execute(self, plan: Plan) -> Any:
+        _base.refuse_closed(self._closed)
         _base.refuse_inside_rewrite()
         await self.setup()
         prepared = None
@@ -165,7 +168,12 @@ class AsyncMemoryStore:
                 return await conn.run_sync(plan.run, prepared)
 
     async def close(self) -> None:
-        """Release the store's connections (an injected engine is left open)."""
+        """Release the store's connections (an injected engine is left open).
+
+        The store then refuses every call (:class:`~memstore.errors.StoreClosedError`);
+        closing it again does nothing.
+        """
+        self._closed = True
         if self._owns_engine:
             await self._engine.dispose()
 
@@ -331,6 +339,7 @@ class AsyncMemoryStore:
         self, cid: str, start: int | None, stop: int | None, size: int,
         summaries: list[Summary] | None = None,
     ) -> AsyncGenerator[tuple[Conversation | None, list[StoredMessage]], None]:
+        _base.refuse_closed(self._closed)
         _base.refuse_inside_rewrite()
         await self.setup()
         pager = _base.Pager(size, _base.snapshot_pages(self._engine.url))
@@ -393,6 +402,7 @@ class AsyncMemoryStore:
 
         A snapshot file is read synchronously, batch by batch, inside the transaction.
         """
+        _base.refuse_closed(self._closed)
         _base.refuse_inside_rewrite()
         await self.setup()
         if _stateio.is_file(state):

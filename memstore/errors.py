@@ -58,6 +58,7 @@ __all__ = [
     "ReadOnlyError",
     "SchemaOutOfDateError",
     "SchemaTooNewError",
+    "StoreClosedError",
     "TokenizerUnavailableError",
     "TransientError",
     "translate_db_errors",
@@ -99,6 +100,10 @@ class MessageNotFoundError(NotFoundError):
         super().__init__(f"conversation {conversation_id!r} has no message with seq {seq}")
         self.conversation_id = conversation_id
         self.seq = seq
+
+
+class StoreClosedError(MemstoreError):
+    """The store was closed: its methods refuse to run (open a new store to go on)."""
 
 
 class ConflictError(MemstoreError):

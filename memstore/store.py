@@ -90,6 +90,7 @@ class MemoryStore:
         durability: Durability = "full",
         **engine_options: Any,
     ) -> None:
+        self._closed = False
         mode, self._plan, self._owns_engine, self._engine = _base.open_engine(
             url, engine, counter, migrate, busy_timeout, engine_options,
             cache_size=cache_size, durability=durability,
@@ -132,6 +133,7 @@ class MemoryStore:
         return self._plan.cache_info()
 
     def _execute(self, plan: Plan) -> Any:
+        _base.refuse_closed(self._closed)
         _base.refuse_inside_rewrite()
         prepared = plan.prepare() if plan.prepare is not None else None
         try:
@@ -146,7 +148,12 @@ class MemoryStore:
             return plan.run(conn, prepared)
 
     def close(self) -> None:
-        """Release the store's connections (an injected engine is left open)."""
+        """Release the store's connections (an injected engine is left open).
+
+        The store then refuses every call (:class:`~memstore.errors.StoreClosedError`);
+        closing it again does nothing.
+        """
+        self._closed = True
         if self._owns_engine:
             self._engine.dispose()
 
@@ -429,6 +436,7 @@ class MemoryStore:
         With ``summaries`` given, the first page also reads the conversation's
         summaries into that list (from the header's snapshot).
         """
+        _base.refuse_closed(self._closed)
         _base.refuse_inside_rewrite()
         pager = _base.Pager(size, _base.snapshot_pages(self._engine.url))
         conn: Connection | None = None
@@ -530,6 +538,7 @@ class MemoryStore:
     @contextmanager
     def _write_connection(self) -> Iterator[Connection]:
         """One write transaction (committed when the block ends without an exception)."""
+        _base.refuse_closed(self._closed)
         _base.refuse_inside_rewrite()
         with translate_db_errors(), self._engine.connect() as conn:
             conn.execution_options(**write_options())

@@ -182,3 +182,38 @@ async def test_idempotent_append_compares_metadata_as_json(store: Any) -> None:
         with pytest.raises(ConflictError, match="m1"):
             await call(store.append("c", Message.user("hi", id="m1", metadata=other)))
     assert len(await call(store.messages("c"))) == 1
+
+
+async def test_a_closed_store_refuses_every_call(store: Any) -> None:
+    """After close() a call quietly opened a new pool that nothing closed again: it is
+    refused now, reads and writes alike; closing twice is fine."""
+    import io
+
+    from memstore import StoreClosedError, UnboundedView
+
+    await call(store.append("c", Message.user("hi")))
+    await call(store.close())
+    calls: list[Any] = [
+        lambda: store.append("c", Message.user("after")),
+        lambda: store.extend("c", [Message.user("after")]),
+        lambda: store.window("c", UnboundedView()),
+        lambda: store.messages("c"),
+        lambda: store.get_conversation("c"),
+        lambda: store.list_conversations(),
+        lambda: store.save_state("c"),
+        lambda: store.dump_state("c", io.StringIO()),
+        lambda: store.rewrite("c", lambda ms: ms),
+        lambda: store.summarize("c", lambda ms: "s", keep_tokens=0),
+        lambda: store.stats(),
+    ]
+    for make in calls:
+        with pytest.raises(StoreClosedError, match="this store was closed"):
+            await call(make())
+    with pytest.raises(StoreClosedError):
+        if hasattr(store, "iter_messages"):
+            result = store.iter_messages("c")
+            if hasattr(result, "__anext__"):
+                await result.__anext__()
+            else:
+                next(iter(result))
+    await call(store.close())  # again: nothing to do
