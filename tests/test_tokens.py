@@ -858,3 +858,40 @@ def test_message_tokens_uses_cache_only_for_same_counter(counter: TiktokenCounte
     )
     assert message_tokens(stored(counter.name, 5), counter) == 5
     assert message_tokens(Message.user("one two three"), fixed) == 4
+
+
+@pytest.mark.parametrize("text", [
+    "x" * 8_000, " " * 6_000, "\U0001F600" * 3_000, "-" * 8_000,
+    "hello " * 500 + "y" * 3_000 + " end", "mixed " + "ab" * 2_000 + " and 1234" * 50,
+])
+def test_long_one_piece_runs_are_counted_in_linear_time(text: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """tiktoken before 0.13 merges one piece (a run of letters, spaces or symbols) in time
+    quadratic in its length: 200,000 emoji took three minutes to count, and every append
+    counts. With such a tiktoken, long runs are counted in parts of LONG_RUN characters,
+    within about a token per part of the exact count; with a newer one, exactly."""
+    from memstore.tokens import _openai
+
+    counter = TiktokenCounter(threads=1)
+    exact = len(counter._encoding.encode_ordinary(text))
+    seen: list[str] = []
+    encoding = counter._encoding
+    original = encoding.encode_ordinary
+
+    def spy(part: str) -> list[int]:
+        seen.append(part)
+        return original(part)
+
+    monkeypatch.setattr(encoding, "encode_ordinary", spy)
+    got = counter.count_text(text)
+    if _openai._quadratic_long_pieces():
+        parts = len(text) // _openai.LONG_RUN + 1
+        assert abs(got - exact) <= parts, (got, exact)
+        assert all(_openai._LONG_PIECE.search(part) is None
+                   or len(part) <= _openai.LONG_RUN for part in seen)
+    else:
+        assert got == exact and seen == [text]
+    # text without such a run is encoded whole, exactly, whatever the version
+    seen.clear()
+    prose = "the patient was stable. " * 2_000
+    assert counter.count_text(prose) == len(original(prose)) and seen == [prose]

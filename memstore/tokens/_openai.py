@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -52,7 +54,11 @@ class TiktokenCounter(BaseTokenCounter):
     plus the tokens of each string field it sends (``role``, ``content``, ``name``,
     ``tool_call_id``); a ``name`` costs 1 more; every request adds 3 for the reply
     priming (:attr:`priming`). Text is encoded with ``encode_ordinary``, so text that
-    spells a special token (``"<|endoftext|>"``) counts as the plain text it is.
+    spells a special token (``"<|endoftext|>"``) counts as the plain text it is. With a
+    tiktoken older than 0.13 (which some framework extras pin), whose time is quadratic
+    in the length of one piece, a run of 512 or more letters, spaces or symbols is
+    counted 512 characters at a time: linear time, within about a token per part of the
+    exact count (``encode`` stays exact).
 
     Rules the cookbook does not publish, and the choice made here:
 
@@ -184,6 +190,7 @@ class TiktokenCounter(BaseTokenCounter):
             else f"tiktoken/{encoding}/images={rule.spec}"
         )
         self._encoding = _load_encoding(encoding)
+        self._long_runs_in_pieces = _quadratic_long_pieces()
         # Tokens of each role's name: five fixed strings, each counted once per message.
         self._role_tokens = {role: self._n(role) for role in ROLES}
 
@@ -240,7 +247,12 @@ class TiktokenCounter(BaseTokenCounter):
         return self._n(text)
 
     def _n(self, text: str) -> int:
-        return len(self._encoding.encode_ordinary(text)) if text else 0
+        if not text:
+            return 0
+        if (self._long_runs_in_pieces and len(text) >= LONG_RUN
+                and _LONG_PIECE.search(text) is not None):
+            return _count_long_runs_in_pieces(self._encoding, text)
+        return len(self._encoding.encode_ordinary(text))
 
     def count_message(self, message: Message) -> int:
         """Tokens of one message by OpenAI's rule (see the class docstring).
@@ -367,6 +379,48 @@ class TiktokenCounter(BaseTokenCounter):
         if self._image_rule == DEFAULT_IMAGE_RULE:
             return (TiktokenCounter, (self._encoding_name,))
         return (_rebuild, (self._encoding_name, self._image_rule.spec))
+
+
+#: The length from which a run that tiktoken encodes as one piece (letters, spaces,
+#: symbols: ``"x" * 100_000``, a wall of emoji) is counted in parts of this length when
+#: the installed tiktoken merges a piece in time quadratic in its length (before 0.13:
+#: 200,000 emoji took three minutes to count, and every append counts).
+LONG_RUN = 512
+_LONG_PIECE = re.compile(rf"[^\W\d_]{{{LONG_RUN},}}|\s{{{LONG_RUN},}}|[^\w\s]{{{LONG_RUN},}}")
+
+
+@functools.cache
+def _quadratic_long_pieces() -> bool:
+    """Whether the installed tiktoken is older than 0.13 (quadratic on long pieces)."""
+    import tiktoken
+
+    try:
+        major, minor = (int(part) for part in tiktoken.__version__.split(".")[:2])
+    except (AttributeError, ValueError):
+        return True  # unknown: the parts cost little and bound the time
+    return (major, minor) < (0, 13)
+
+
+def _count_long_runs_in_pieces(encoding: Encoding, text: str) -> int:
+    """Tokens of ``text``, its long one-piece runs counted a part at a time.
+
+    Runs of :data:`LONG_RUN` or more letters, spaces or symbols are counted
+    :data:`LONG_RUN` characters at a time, the rest of the text as it is. Linear
+    time on any input; a run's count may differ from the exact one by about a token
+    per part, on text no model sees often (the exact count took minutes).
+    """
+    total = 0
+    start = 0
+    for match in _LONG_PIECE.finditer(text):
+        if match.start() > start:
+            total += len(encoding.encode_ordinary(text[start:match.start()]))
+        run = match.group()
+        for offset in range(0, len(run), LONG_RUN):
+            total += len(encoding.encode_ordinary(run[offset:offset + LONG_RUN]))
+        start = match.end()
+    if start < len(text):
+        total += len(encoding.encode_ordinary(text[start:]))
+    return total
 
 
 def _rebuild(encoding: str, images: str) -> TiktokenCounter:
