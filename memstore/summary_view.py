@@ -33,6 +33,7 @@ from memstore.models import (
     Summary,
 )
 from memstore.tokens import TokenCounter, count_tool_schemas, validate_counter
+from memstore.tokens._checked import checked_counter
 from memstore.units import BackwardUnits, ReverseReader, Unit
 from memstore.views import _VIEW_CLASSES, ContextView
 
@@ -265,7 +266,8 @@ class SummaryView(ContextView):
             InvalidInputError: ``messages`` or ``summaries`` are not stored ones (see
                 :class:`~memstore.history.ListHistory`).
         """
-        return self.select(ListHistory(messages, summaries=summaries), validate_counter(counter))
+        return self.select(ListHistory(messages, summaries=summaries),
+                           checked_counter(validate_counter(counter)))
 
     def _required(self, counter: TokenCounter, tools: int, anchored: int, summary: int,
                   newest: int) -> int:

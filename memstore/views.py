@@ -83,6 +83,7 @@ from memstore.tokens import (
     counter_from_name,
     validate_counter,
 )
+from memstore.tokens._checked import checked_counter
 from memstore.units import (
     DEFAULT_MAX_PAGE,
     BackwardUnits,
@@ -151,12 +152,17 @@ class ContextView(abc.ABC):
             InvalidInputError: ``messages`` are not stored messages of one conversation
                 with contiguous seqs (see :class:`~memstore.history.ListHistory`).
         """
-        return self.select(ListHistory(messages), validate_counter(counter))
+        return self.select(ListHistory(messages), checked_counter(validate_counter(counter)))
 
     def resolve_counter(self, default: TokenCounter) -> TokenCounter:
-        """The counter this view uses: its own ``counter`` if it names one, else ``default``."""
+        """The counter this view uses: its own ``counter`` if it names one, else ``default``.
+
+        A custom counter of the view's own is wrapped so that each count it returns is
+        checked (an int >= 0, else :class:`~memstore.errors.ConfigurationError`): it
+        counts at window time, where nothing else checks it.
+        """
         own = getattr(self, "counter", None)
-        return cast(TokenCounter, own) if own is not None else default
+        return checked_counter(cast(TokenCounter, own)) if own is not None else default
 
     def to_config(self) -> dict[str, JsonValue]:
         """The view as JSON: ``{"type": <class name>, <parameter>: <value>, ...}``.

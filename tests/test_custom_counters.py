@@ -401,3 +401,36 @@ async def test_context_builder_takes_a_protocol_only_counter(store: Any, counter
     assert compiled.token_count == counter.count_messages(compiled.messages) <= 60
     with pytest.raises(ConfigurationError, match="name must be a non-empty string"):
         ContextBuilder(max_tokens=60, counter=ProtoCounter(name=""))
+
+
+class Returns(ProtoCounter):
+    """Counts assistant messages as ``value`` (not a token count), others as words."""
+
+    def __init__(self, value: Any) -> None:
+        super().__init__(name=f"returns/{value!r}")
+        self.value = value
+
+    def count_message(self, message: Message) -> int:
+        return self.value if message.role == "assistant" else super().count_message(message)
+
+
+@pytest.mark.parametrize("value", [-1000, None, "3", 2.5, True])
+async def test_a_views_own_counter_returning_no_count_is_refused(store: Any,
+                                                                 value: Any) -> None:
+    """A view's own counter counts at window time, where the store checks nothing: a
+    negative count let a window overrun its budget silently (token_count -19340 for 40
+    messages within 60), None or "3" raised TypeError, 2.5 leaked a float count."""
+    await call(store.extend("c", [m for i in range(20) for m in (
+        Message.user(f"question {i} about things"), Message.assistant(f"answer {i}"))]))
+    bad = Returns(value)
+    views: list[ContextView] = [TokenLimitedView(60, counter=bad),
+                                ScoreBasedView(60, counter=bad), SummaryView(60, counter=bad)]
+    for view in views:
+        with pytest.raises(ConfigurationError, match=r"count_message must return an int >= 0"):
+            await call(store.window("c", view))
+        with pytest.raises(ConfigurationError, match=r"count_message must return an int >= 0"):
+            view.apply(await call(store.messages("c")), bad)
+    # the same counter counting well is used as it is, checks and all
+    good = ProtoCounter("proto/good")
+    window = await call(store.window("c", TokenLimitedView(60, counter=good)))
+    assert window.token_count == good.count_messages(window.messages) <= 60
