@@ -228,3 +228,36 @@ def test_images_and_model_are_exclusive() -> None:
         TiktokenCounter(model="gpt-4", images="tiles-85-170")
     with pytest.raises(ConfigurationError, match="rule name"):
         TiktokenCounter("cl100k_base", images=2833)  # type: ignore[arg-type]
+
+
+def test_a_size_is_read_from_a_bounded_prefix_of_the_image(monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """Every count priced an image by decoding its whole payload and walking every JPEG
+    segment: a crafted 48 MB JPEG of empty segments took 4 s per count. The size is read
+    from the first 256 KiB and a bounded number of segments; an image whose size is
+    not found there is priced as one of unknown size (the rule's maximum)."""
+    import base64
+    import struct
+
+    decoded: list[int] = []
+    original = base64.b64decode
+
+    def spy(data: Any, *args: Any, **kwargs: Any) -> bytes:
+        decoded.append(len(data))
+        return original(data, *args, **kwargs)
+
+    monkeypatch.setattr(base64, "b64decode", spy)
+    counter = ApproxCounter()
+    small = counter.count_message(Message(role="user", content=[image(data_uri(jpeg(1024, 768)))]))
+    # a real JPEG with a large EXIF block (64 KiB segments) before its frame: found
+    exif = (b"\xff\xe1" + struct.pack(">H", 65_535) + b"\0" * 65_533) * 3
+    frame = jpeg(1024, 768)
+    with_exif = frame[:2] + exif + frame[2:] + b"\0" * 5_000_000  # and a large scan
+    assert counter.count_message(Message(role="user", content=[
+        image(data_uri(with_exif, "image/jpeg"))])) == small
+    # the size after millions of empty segments, or past the prefix: priced as unknown
+    empty_segments = frame[:2] + b"\xff\xe0\x00\x02" * 2_000_000 + frame[2:]
+    unknown = counter.count_message(Message(role="user", content=[image("https://x/y.jpg")]))
+    assert counter.count_message(Message(role="user", content=[
+        image(data_uri(empty_segments, "image/jpeg"))])) == unknown
+    assert max(decoded) <= 4 * (256 * 1024 // 3)

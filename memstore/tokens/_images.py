@@ -245,14 +245,23 @@ def _data_uri_image_size(url: str) -> tuple[int, int] | None:
     """``(width, height)`` of a base64 ``data:`` image URI, or None when unknown."""
     if not url.startswith("data:"):
         return None
-    header, sep, payload = url.partition(",")
-    if not sep or not header.endswith(";base64"):
+    comma = url.find(",", 0, 512)  # (no copy of the payload: it may be 60 MB)
+    if comma < 0 or not url.endswith(";base64", 0, comma):
         return None
     try:
-        data = base64.b64decode(payload)
+        # The size is in the header: decode a bounded prefix, not a 60 MB payload on
+        # every count (a size not found there prices the image at the rule's maximum).
+        data = base64.b64decode(url[comma + 1:comma + 1 + _SIZE_PREFIX_CHARS])
     except (binascii.Error, ValueError):
         return None
     return _image_size(data)
+
+
+#: The base64 characters decoded to find an image's size: 256 KiB of image data, past
+#: the metadata (EXIF, ICC profiles, thumbnails) real JPEGs put before their frame.
+_SIZE_PREFIX_CHARS = 4 * (256 * 1024 // 3)
+#: Segments and fill bytes read before a JPEG's frame header (real files: a few dozen).
+_JPEG_MAX_STEPS = 4096
 
 
 def _image_size(data: bytes) -> tuple[int, int] | None:
@@ -291,7 +300,9 @@ _JPEG_SOF = frozenset(
 def _jpeg_size(data: bytes) -> tuple[int, int] | None:
     i = 2
     n = len(data)
-    while i + 4 <= n:
+    for _ in range(_JPEG_MAX_STEPS):
+        if i + 4 > n:
+            return None
         if data[i] != 0xFF:
             return None
         marker = data[i + 1]
