@@ -895,3 +895,24 @@ def test_long_one_piece_runs_are_counted_in_linear_time(text: str,
     seen.clear()
     prose = "the patient was stable. " * 2_000
     assert counter.count_text(prose) == len(original(prose)) and seen == [prose]
+
+
+def test_hostile_fixed_names_and_deep_tool_schemas_are_library_errors() -> None:
+    """A 5,000-digit part of a fixed/ name raised Python's int-conversion ValueError;
+    tool schemas nested past the recursion limit raised RecursionError."""
+    from memstore.errors import ConfigurationError, InvalidInputError
+    from memstore.tokens import ApproxCounter, count_tool_schemas, counter_from_name
+
+    with pytest.raises(ConfigurationError, match="unknown token counter"):
+        counter_from_name("fixed/" + "9" * 5_000 + "/0/0/0/0")
+    assert counter_from_name("fixed/3/1/1/3/0").name == "fixed/3/1/1/3/0"
+    deep: dict[str, Any] = {}
+    node = deep
+    for _ in range(100_000):
+        node["x"] = {}
+        node = node["x"]
+    tools = [{"name": "f", "parameters": {"properties": {"a": {"type": "object",
+                                                                 "properties": deep}}}}]
+    for counter in (TiktokenCounter(threads=1), ApproxCounter()):
+        with pytest.raises(InvalidInputError, match="nested too deeply"):
+            count_tool_schemas(counter, tools)

@@ -261,3 +261,40 @@ def test_a_size_is_read_from_a_bounded_prefix_of_the_image(monkeypatch: pytest.M
     assert counter.count_message(Message(role="user", content=[
         image(data_uri(empty_segments, "image/jpeg"))])) == unknown
     assert max(decoded) <= 4 * (256 * 1024 // 3)
+
+
+def test_a_model_of_the_image_table_that_tiktoken_does_not_know_uses_o200k(
+    cl100k: TiktokenCounter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """computer-use-preview is in the docs and the image table, but tiktoken 0.12 does not
+    know it, so TiktokenCounter(model=...) refused it. Every model of the table uses
+    o200k_base; a model outside it that tiktoken does not know is still refused."""
+    from memstore.tokens import _loading
+
+    monkeypatch.setattr("memstore.tokens._openai._load_encoding", lambda name: cl100k.encoding)
+
+    def unknown(model: str) -> str:
+        if model in ("computer-use-preview", "computer-use-preview-2025-03-11",
+                     "mystery-model"):
+            raise ConfigurationError(f"tiktoken does not know {model!r}")
+        return str(_loading._encoding_name_for_model(model))
+
+    monkeypatch.setattr("memstore.tokens._openai._encoding_name_for_model", unknown)
+    for model in ("computer-use-preview", "computer-use-preview-2025-03-11"):
+        counter = TiktokenCounter(model=model)
+        assert counter.name == "tiktoken/o200k_base/images=tiles-65-129"
+        assert counter_from_name(counter.name).name == counter.name
+    with pytest.raises(ConfigurationError, match="mystery-model"):
+        TiktokenCounter(model="mystery-model")
+
+
+@pytest.mark.parametrize("spec", ["patches-1." + "0" * 70 + "1", "patches-1.0000000000001",
+                                  "patches-" + "9" * 13])
+def test_a_multiplier_with_too_many_digits_is_refused(spec: str) -> None:
+    """patches-1.000...001 was named by a rounded value, "patches-1": the name of another
+    counter (equal names must count alike)."""
+    with pytest.raises(ConfigurationError, match="at most 12 digits"):
+        _images.image_rule_from_spec(spec)
+    with pytest.raises(ConfigurationError):
+        TiktokenCounter(images=spec)
+    assert _images.image_rule_from_spec("patches-1.000000000001").spec == "patches-1.000000000001"

@@ -162,6 +162,7 @@ def count_tool_schemas(counter: TokenCounter, tools: Sequence[Mapping[str, Any]]
     Raises:
         ConfigurationError: there are tools and the counter has no ``count_tools``
             method (or a :class:`BaseTokenCounter` without a ``count_text`` hook).
+        InvalidInputError: the schemas are nested too deeply to serialise.
     """
     if not tools:
         return 0
@@ -173,7 +174,12 @@ def count_tool_schemas(counter: TokenCounter, tools: Sequence[Mapping[str, Any]]
             "(or subclass memstore.BaseTokenCounter, which provides it), or leave "
             "tools= unset and add their tokens to reserve="
         )
-    return _check_count(counter, "count_tools", count_tools(tools))
+    try:
+        counted = count_tools(tools)
+    except RecursionError:
+        raise InvalidInputError(
+            "the tool schemas are nested too deeply to serialise as JSON") from None
+    return _check_count(counter, "count_tools", counted)
 
 
 def count_each(counter: TokenCounter, messages: Sequence[Message]) -> list[int]:

@@ -116,6 +116,8 @@ def _decimal(value: Fraction) -> str:
 
 #: More decimals than a counter name (64 characters) can hold.
 _MAX_SCALE = 64
+#: The most digits a patch multiplier has on each side of its point.
+_MAX_DIGITS = 12
 
 
 def _tiles_rule(base: int, tile: int) -> ImageRule:
@@ -158,13 +160,22 @@ def image_rule_for_model(model: str) -> ImageRule:
     model. Matching is by family name followed by nothing or ``-``, so ``gpt-5.1`` is
     *not* taken for ``gpt-5``: OpenAI's guide does not list it, and it gets the default.
     """
+    family = model_family(model)
+    return dict(_MODEL_RULES)[family] if family is not None else DEFAULT_IMAGE_RULE
+
+
+def model_family(model: str) -> str | None:
+    """The family of OpenAI's image table ``model`` belongs to (``None``: not in it).
+
+    Every model of the table uses the ``o200k_base`` encoding.
+    """
     name = model.lower()
     if name.startswith("ft:"):
         name = name[3:].split(":", 1)[0]
-    for family, rule in _MODEL_RULES:
+    for family, _rule in _MODEL_RULES:
         if name == family or name.startswith(family + "-"):
-            return rule
-    return DEFAULT_IMAGE_RULE
+            return family
+    return None
 
 
 def image_rule_from_spec(spec: str) -> ImageRule:
@@ -183,7 +194,11 @@ def image_rule_from_spec(spec: str) -> ImageRule:
                 base, tile = int(base_text), int(tile_text)
                 if base > 0 and tile > 0:
                     return _tiles_rule(base, tile)
-        elif kind == "patches" and rest and rest.replace(".", "", 1).isdecimal():
+        elif (kind == "patches" and rest and rest.replace(".", "", 1).isdecimal()
+              and len(rest.partition(".")[0]) <= _MAX_DIGITS
+              and len(rest.partition(".")[2]) <= _MAX_DIGITS):
+            # A bounded decimal: named exactly by _decimal (a longer one was named by a
+            # rounded value, another counter's name).
             multiplier = Fraction(rest)
             if multiplier > 0:
                 return ImageRule("patches", multiplier=multiplier)
@@ -191,7 +206,8 @@ def image_rule_from_spec(spec: str) -> ImageRule:
         pass
     raise ConfigurationError(
         f"unknown image pricing rule {spec!r}; expected 'tiles-<base>-<tile>' or "
-        "'patches-<multiplier>' (e.g. 'tiles-2833-5667', 'patches-1.62')"
+        "'patches-<multiplier>' (at most 12 digits each side of the point; e.g. "
+        "'tiles-2833-5667', 'patches-1.62')"
     )
 
 

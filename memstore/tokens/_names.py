@@ -54,7 +54,8 @@ def counter_from_name(name: str) -> TokenCounter:
             return ApproxCounter(chars_per_token)
     if kind == "fixed":
         parts = rest.split("/")
-        if len(parts) == 5 and all(p.isascii() and p.isdecimal() for p in parts):
+        if len(parts) == 5 and all(p.isascii() and p.isdecimal() and len(p) <= 18
+                                   for p in parts):
             a, b, c, d, e = (int(p) for p in parts)
             return FixedCounter(a, per_tool_call=b, per_word=c, priming=d, per_tool_schema=e)
     raise ConfigurationError(f"unknown token counter {name!r}; expected {_NAME_FORMS}")

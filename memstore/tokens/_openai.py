@@ -15,6 +15,7 @@ from memstore.tokens._images import (
     DEFAULT_IMAGE_RULE,
     image_rule_for_model,
     image_rule_from_spec,
+    model_family,
 )
 from memstore.tokens._loading import _encoding_name_for_model, _load_encoding
 from memstore.tokens._parallel import (
@@ -75,7 +76,10 @@ class TiktokenCounter(BaseTokenCounter):
       computer-use-preview (65/129), or 32px patches times 1.62 (gpt-4.1-mini,
       gpt-5-mini), 2.46 (gpt-4.1-nano, gpt-5-nano) or 1.72 (o4-mini), at most 1536
       patches. A model the table does not name (e.g. gpt-5.1) gets GPT-4o's rule,
-      which is an estimate for it. See ``memstore/tokens/_images.py``.
+      which is an estimate for it. See ``memstore/tokens/_images.py``. A model's
+      encoding comes from tiktoken's model table; one that the installed tiktoken does
+      not know is refused (pass ``encoding=``), unless the image table names it: those
+      all use ``o200k_base``.
     * **Tool calls** on an assistant message: a single call costs 3 plus the tokens of
       its function name and of its arguments string (the call id is not rendered to
       the model). With it, the exchange reported in the OpenAI developer forum
@@ -174,7 +178,14 @@ class TiktokenCounter(BaseTokenCounter):
         if model is not None:
             if not isinstance(model, str) or not model:
                 raise ConfigurationError(f"TiktokenCounter model must be a name, got {model!r}")
-            encoding = _encoding_name_for_model(model)
+            try:
+                encoding = _encoding_name_for_model(model)
+            except ConfigurationError:
+                if model_family(model) is None:
+                    raise
+                # A model of OpenAI's image table that this tiktoken is too old to know
+                # (computer-use-preview): they all use o200k_base.
+                encoding = "o200k_base"
             rule = image_rule_for_model(model)
         elif encoding is None:
             encoding = "cl100k_base"
