@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import os
+import threading
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -278,6 +279,26 @@ def install_sqlite_hooks(
     def _on_begin(conn: Any) -> None:
         immediate = conn.get_execution_options().get(_WRITE, False)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    if memory:
+        # An in-memory database is one connection that every caller shares: two threads
+        # (or tasks) using it at once interleave their transactions (a write
+        # acknowledged, then rolled back by the other's error). The stores take turns
+        # on it (:func:`turn_of`).
+        setattr(engine, _TURN, threading.RLock())
+
+
+#: The attribute holding an in-memory SQLite engine's turn lock.
+_TURN = "_memstore_turn"
+
+
+def turn_of(engine: Engine) -> Any:
+    """The lock callers take turns on for ``engine``'s one shared connection, or ``None``.
+
+    Only an in-memory SQLite engine (one connection for every caller) has one: a
+    re-entrant lock, so a thread holding it (a stream being read) may call again.
+    """
+    return getattr(engine, _TURN, None)
 
 
 def _rollback_before_close(dbapi_connection: Any) -> None:

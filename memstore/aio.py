@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
+from contextlib import nullcontext
 from typing import Any, TextIO
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -29,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from memstore import _base, _snapshots, _stateio
 from memstore._base import Durability, MessageLike, MigrateMode, Plan, Summarizer
 from memstore._cache import DEFAULT_CACHE_SIZE, CacheInfo
-from memstore._engine import make_async_engine, read_options, write_options
+from memstore._engine import make_async_engine, read_options, turn_of, write_options
 from memstore.errors import ConnectionLostError, ConversationNotFoundError, translate_db_errors
 from memstore.models import (
     ContextWindow,
@@ -98,6 +99,9 @@ class AsyncMemoryStore:
         )
         self._ready = False
         self._ready_lock = asyncio.Lock()
+        # An in-memory database's one connection: calls take turns on it (tasks).
+        self._turn: Any = (_TaskTurn() if turn_of(self._engine.sync_engine) is not None
+                           else nullcontext())
 
     @property
     def engine(self) -> AsyncEngine:
@@ -134,16 +138,21 @@ class AsyncMemoryStore:
             if self._ready:
                 return
             _base.check_database_exists(self._engine.url, self._mode)
-            with translate_db_errors():
-                # Read the schema revision without the write lock; take it only to migrate.
-                async with self._engine.connect() as conn, conn.begin():
-                    needs_write = await conn.run_sync(_base.schema_needs_write, self._mode)
-                if needs_write:
-                    async with self._engine.connect() as conn:
-                        await conn.execution_options(**write_options())
-                        async with conn.begin():
-                            await conn.run_sync(_base.ensure_schema, self._mode)
+            async with self._turn:
+                await self._ensure_schema()
             self._ready = True
+
+    async def _ensure_schema(self) -> None:
+        """Read the schema revision; migrate as the ``migrate`` policy says."""
+        with translate_db_errors():
+            # Read the schema revision without the write lock; take it only to migrate.
+            async with self._engine.connect() as conn, conn.begin():
+                needs_write = await conn.run_sync(_base.schema_needs_write, self._mode)
+            if needs_write:
+                async with self._engine.connect() as conn:
+                    await conn.execution_options(**write_options())
+                    async with conn.begin():
+                        await conn.run_sync(_base.ensure_schema, self._mode)
 
     async def _execute(self, plan: Plan) -> Any:
         _base.refuse_closed(self._closed)
@@ -155,17 +164,18 @@ class AsyncMemoryStore:
                 prepared = await asyncio.to_thread(plan.prepare)
             else:
                 prepared = plan.prepare()
-        try:
+        async with self._turn:
+            try:
+                with translate_db_errors():
+                    async with self._engine.connect() as conn:
+                        return await conn.run_sync(plan.run, prepared)
+            except ConnectionLostError:
+                if plan.write:
+                    raise  # the caller decides: a retry with the same client ids is exactly-once
+            # A read on a dead pooled connection (server restart) is retried once.
             with translate_db_errors():
                 async with self._engine.connect() as conn:
                     return await conn.run_sync(plan.run, prepared)
-        except ConnectionLostError:
-            if plan.write:
-                raise  # the caller decides: a retry with the same client ids is exactly-once
-        # A read on a dead pooled connection (server restart) is retried once.
-        with translate_db_errors():
-            async with self._engine.connect() as conn:
-                return await conn.run_sync(plan.run, prepared)
 
     async def close(self) -> None:
         """Release the store's connections (an injected engine is left open).
@@ -344,6 +354,8 @@ class AsyncMemoryStore:
         await self.setup()
         pager = _base.Pager(size, _base.snapshot_pages(self._engine.url))
         conn: AsyncConnection | None = None
+        turn = self._turn
+        await turn.__aenter__()  # held while the stream is read (released when it ends)
         try:
             while True:
                 with translate_db_errors():
@@ -363,8 +375,11 @@ class AsyncMemoryStore:
                 if not more:
                     return
         finally:
-            if conn is not None:
-                await conn.close()
+            try:
+                if conn is not None:
+                    await conn.close()
+            finally:
+                await turn.__aexit__(None, None, None)
 
     async def dump_state(
         self, conversation_id: str, fp: TextIO, *, view: ContextView | None = None,
@@ -410,7 +425,7 @@ class AsyncMemoryStore:
             cid = _base.stream_target(conversation_id, head)
             recounter = _snapshots.Recounter(self._plan.counter)
             with translate_db_errors():
-                async with self._engine.connect() as conn:
+                async with self._turn, self._engine.connect() as conn:
                     await conn.execution_options(**write_options())
                     async with conn.begin():
                         conversation, written = await conn.run_sync(
@@ -497,3 +512,30 @@ class AsyncChatContext:
     async def load_state(self, state: ConversationState | dict[str, Any] | str) -> None:
         """Replace the conversation with ``state`` (one transaction)."""
         await self._store.load_state(state, self.conversation_id, replace=True)
+
+
+class _TaskTurn:
+    """An asyncio lock that the task holding it may take again (re-entrant per task).
+
+    The turn on an in-memory database's one connection: tasks wait for each other,
+    while a task reading a stream may still call the store.
+    """
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self._owner: asyncio.Task[Any] | None = None
+        self._depth = 0
+
+    async def __aenter__(self) -> None:
+        task = asyncio.current_task()
+        if task is not None and task is self._owner:
+            self._depth += 1
+            return
+        await self._lock.acquire()
+        self._owner, self._depth = task, 1
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            self._owner = None
+            self._lock.release()

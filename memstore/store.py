@@ -18,7 +18,7 @@ methods built from the same plans; only the ``await`` differs.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any, TextIO
 
 from sqlalchemy import Connection, Engine
@@ -26,7 +26,7 @@ from sqlalchemy import Connection, Engine
 from memstore import _base, _snapshots, _stateio
 from memstore._base import Durability, MessageLike, MigrateMode, Plan, Summarizer
 from memstore._cache import DEFAULT_CACHE_SIZE, CacheInfo
-from memstore._engine import make_engine, read_options, write_options
+from memstore._engine import make_engine, read_options, turn_of, write_options
 from memstore.errors import ConnectionLostError, ConversationNotFoundError, translate_db_errors
 from memstore.models import (
     ContextWindow,
@@ -96,6 +96,8 @@ class MemoryStore:
             cache_size=cache_size, durability=durability,
             make=make_engine, sync_engine_of=lambda e: e,
         )
+        # An in-memory database's one connection: calls take turns on it (threads).
+        self._turn: Any = turn_of(self._engine) or nullcontext()
         try:
             _base.check_database_exists(self._engine.url, mode)
             # Read the schema revision without the write lock; take it only to migrate.
@@ -136,16 +138,17 @@ class MemoryStore:
         _base.refuse_closed(self._closed)
         _base.refuse_inside_rewrite()
         prepared = plan.prepare() if plan.prepare is not None else None
-        try:
+        with self._turn:
+            try:
+                with translate_db_errors(), self._engine.connect() as conn:
+                    return plan.run(conn, prepared)
+            except ConnectionLostError:
+                if plan.write:
+                    raise  # the caller decides: a retry with the same client ids is exactly-once
+            # A read on a connection that died (typically: the server restarted since it was
+            # pooled; the pool has now discarded every connection that old) is retried once.
             with translate_db_errors(), self._engine.connect() as conn:
                 return plan.run(conn, prepared)
-        except ConnectionLostError:
-            if plan.write:
-                raise  # the caller decides: a retry with the same client ids is exactly-once
-        # A read on a connection that died (typically: the server restarted since it was
-        # pooled; the pool has now discarded every connection that old) is retried once.
-        with translate_db_errors(), self._engine.connect() as conn:
-            return plan.run(conn, prepared)
 
     def close(self) -> None:
         """Release the store's connections (an injected engine is left open).
@@ -440,6 +443,8 @@ class MemoryStore:
         _base.refuse_inside_rewrite()
         pager = _base.Pager(size, _base.snapshot_pages(self._engine.url))
         conn: Connection | None = None
+        turn = self._turn
+        turn.__enter__()  # held while the stream is read (released when it ends)
         try:
             while True:
                 with translate_db_errors():
@@ -457,8 +462,11 @@ class MemoryStore:
                 if not more:
                     return
         finally:
-            if conn is not None:
-                conn.close()
+            try:
+                if conn is not None:
+                    conn.close()
+            finally:
+                turn.__exit__(None, None, None)
 
     def dump_state(
         self, conversation_id: str, fp: TextIO, *, view: ContextView | None = None,
@@ -540,7 +548,7 @@ class MemoryStore:
         """One write transaction (committed when the block ends without an exception)."""
         _base.refuse_closed(self._closed)
         _base.refuse_inside_rewrite()
-        with translate_db_errors(), self._engine.connect() as conn:
+        with self._turn, translate_db_errors(), self._engine.connect() as conn:
             conn.execution_options(**write_options())
             with conn.begin():
                 yield conn
