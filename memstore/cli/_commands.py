@@ -505,8 +505,6 @@ def append(args: argparse.Namespace) -> int:
     return 0
 
 
-
-
 def _openai_items(text: str, name: str) -> list[tuple[str, Any]]:
     """``(where, item)`` pairs from a JSON list or JSON lines."""
     if text.lstrip().startswith("["):
