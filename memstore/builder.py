@@ -77,7 +77,6 @@ from memstore.strategies import (
     SummarizeCall,
     Summarizer,
     TruncateOldest,
-    checked_tokens,
     is_anchored_unit,
     newest_unit,
     splits_units,
@@ -87,9 +86,10 @@ from memstore.tokens import (
     TokenCounter,
     count_tool_schemas,
     default_counter,
+    message_tokens,
     validate_counter,
 )
-from memstore.tokens._base import _check_count
+from memstore.tokens._checked import checked_counter
 from memstore.views import ContextView, RecentTurnsView, TokenLimitedView
 
 if TYPE_CHECKING:  # pragma: no cover - typing only; the builder never imports a store
@@ -558,7 +558,11 @@ class ContextBuilder:
             counter = default_counter()
         else:  # name, count_message and count_messages are all a counter must have
             counter = validate_counter(counter, "ContextBuilder counter")
-        priming = _check_count(counter, "count_messages([])", counter.count_messages([]))
+        self._given_counter = counter
+        # Every count the builder (and its strategies) takes is checked: an int >= 0,
+        # else a ConfigurationError naming the counter (memstore's own are not wrapped).
+        counter = checked_counter(counter)
+        priming = counter.count_messages([])
         if priming > max_tokens:
             raise ConfigurationError(
                 f"ContextBuilder max_tokens ({max_tokens}) is below the counter's reply "
@@ -577,7 +581,7 @@ class ContextBuilder:
     @property
     def counter(self) -> TokenCounter:
         """The token counter."""
-        return self._counter
+        return self._given_counter
 
     @property
     def blocks(self) -> tuple[Block, ...]:
@@ -743,7 +747,7 @@ class ContextBuilder:
                 # The view could not reach the question of the turn being answered (or
                 # there is none): read that turn alone, O(turn), to tell which.
                 turn = yield _ReadWindow(history, RecentTurnsView(max_turns=1), block.id)
-                needed = sum(checked_tokens(m, counter) for m in turn.messages) if turn else 0
+                needed = sum(message_tokens(m, counter) for m in turn.messages) if turn else 0
                 # What the view keeps free beside the messages (its reserve, tool schemas).
                 reserve = getattr(sized, "reserve", 0)
                 needed += (reserve if isinstance(reserve, int) else 0) + count_tool_schemas(
@@ -804,7 +808,7 @@ class ContextBuilder:
                 messages = list(block.messages or ())
             if not messages:
                 continue
-            counts = [checked_tokens(m, counter) for m in messages]
+            counts = [message_tokens(m, counter) for m in messages]
             tokens = sum(counts)
             original_per_block[block.id] = tokens
             strategy = block.strategy
@@ -834,10 +838,10 @@ class ContextBuilder:
                 per_block[block.id] = 0
                 continue
             if kept is not messages:
-                counts = [checked_tokens(m, counter) for m in kept]
+                counts = [message_tokens(m, counter) for m in kept]
             if block.cache_control is not None:
                 kept = [*kept[:-1], _stamp(kept[-1], block.cache_control)]
-                counts = [*counts[:-1], checked_tokens(kept[-1], counter)]
+                counts = [*counts[:-1], message_tokens(kept[-1], counter)]
             used = sum(counts)
             if used > budget:
                 raise ContextBudgetError(

@@ -29,7 +29,7 @@ from memstore._validate import (
 from memstore.errors import ConfigurationError, ContextBudgetError, InvalidInputError
 from memstore.models import ANCHOR_ROLES, Message
 from memstore.tokens import TokenCounter, message_tokens
-from memstore.tokens._base import _check_count
+from memstore.tokens._checked import checked_counter
 
 __all__ = [
     "Drop",
@@ -104,15 +104,6 @@ def splits_units(original: Sequence[Message], output: Sequence[Message]) -> bool
     given = _runs(original)  # messages are not hashable: compare by value
     return any(run not in given for run in incomplete)
 
-
-def checked_tokens(message: Message, counter: TokenCounter) -> int:
-    """:func:`~memstore.tokens.message_tokens`, with the counter's answer checked.
-
-    Raises:
-        ConfigurationError: (a ``ValueError``) the counter's ``count_message`` did not
-            return an int >= 0 (the error names the counter).
-    """
-    return _check_count(counter, "count_message", message_tokens(message, counter))
 
 
 def is_anchored_unit(messages: Sequence[Message]) -> bool:
@@ -317,8 +308,13 @@ class TruncateOldest(Strategy):
 
     def apply(self, messages: list[Message], tokens: int, limit: int,
               counter: TokenCounter) -> list[Message]:
-        """Truncate ``messages`` to ``limit`` (see the class rules)."""
-        counts = [checked_tokens(m, counter) for m in messages]
+        """Truncate ``messages`` to ``limit`` (see the class rules).
+
+        Raises:
+            ConfigurationError: ``counter`` returned a count that is not an int >= 0.
+        """
+        counter = checked_counter(counter)
+        counts = [message_tokens(m, counter) for m in messages]
         return self._truncate("<block>", messages, counts, limit)[0]
 
     def _evict(
@@ -434,8 +430,13 @@ class Summarize(Strategy):
 
     def apply(self, messages: list[Message], tokens: int, limit: int,
               counter: TokenCounter) -> list[Message]:
-        """Summarize with a sync summarizer (see the class rules)."""
-        counts = [checked_tokens(m, counter) for m in messages]
+        """Summarize with a sync summarizer (see the class rules).
+
+        Raises:
+            ConfigurationError: ``counter`` returned a count that is not an int >= 0.
+        """
+        counter = checked_counter(counter)
+        counts = [message_tokens(m, counter) for m in messages]
         steps = self._evict("<block>", messages, counts, limit, counter)
         try:
             call = next(steps)
@@ -468,7 +469,7 @@ class Summarize(Strategy):
         result = yield SummarizeCall(self.summarizer, rest, block_id)
         summary = _summary_message(result, block_id)
         out = [m for m, a in zip(messages, anchored) if a]
-        if kept + checked_tokens(summary, counter) <= limit:
+        if kept + message_tokens(summary, counter) <= limit:  # (a checked counter)
             # in the place of the first message it stands for
             # (the messages before the first one it stands for are all anchored)
             out.insert(anchored.index(False), summary)
