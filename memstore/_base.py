@@ -633,6 +633,17 @@ def refuse_closed(closed: bool) -> None:
             "store to go on")
 
 
+def refuse_call(closed: bool) -> None:
+    """What every store call that takes a connection checks first (both stores).
+
+    Raises:
+        StoreClosedError: the store was closed.
+        InvalidInputError: the call comes from inside a rewrite's ``fn``.
+    """
+    refuse_closed(closed)
+    refuse_inside_rewrite()
+
+
 def refuse_inside_rewrite() -> None:
     """Refuse a store call made from inside a rewrite's ``fn`` (it would wait for itself).
 

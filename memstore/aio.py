@@ -155,8 +155,7 @@ class AsyncMemoryStore:
                         await conn.run_sync(_base.ensure_schema, self._mode)
 
     async def _execute(self, plan: Plan) -> Any:
-        _base.refuse_closed(self._closed)
-        _base.refuse_inside_rewrite()
+        _base.refuse_call(self._closed)
         await self.setup()
         prepared = None
         if plan.prepare is not None:
@@ -349,8 +348,7 @@ class AsyncMemoryStore:
         self, cid: str, start: int | None, stop: int | None, size: int,
         summaries: list[Summary] | None = None,
     ) -> AsyncGenerator[tuple[Conversation | None, list[StoredMessage]], None]:
-        _base.refuse_closed(self._closed)
-        _base.refuse_inside_rewrite()
+        _base.refuse_call(self._closed)
         await self.setup()
         pager = _base.Pager(size, _base.snapshot_pages(self._engine.url))
         conn: AsyncConnection | None = None
@@ -417,8 +415,7 @@ class AsyncMemoryStore:
 
         A snapshot file is read synchronously, batch by batch, inside the transaction.
         """
-        _base.refuse_closed(self._closed)
-        _base.refuse_inside_rewrite()
+        _base.refuse_call(self._closed)
         await self.setup()
         if _stateio.is_file(state):
             head, messages = _stateio.read_state(state)  # type: ignore[arg-type]

@@ -370,7 +370,8 @@ class Message(BaseModel):
                 and any(not isinstance(part, TextPart) for part in self.content)):
             raise ValueError(f"a {self.role} message may only hold text parts")
         _check_message_size(self)
-        _VALIDATED[id(self)] = self
+        if type(self) is Message:  # (only plain messages are written as they are)
+            _VALIDATED[id(self)] = self
         return self
 
     # ---- convenience ------------------------------------------------------------------
@@ -983,7 +984,7 @@ def checked_message(message: Message) -> Message:
     Raises:
         pydantic.ValidationError: the message is not valid (nothing is written).
     """
-    if _VALIDATED.get(id(message)) is message and type(message) is Message:
+    if _VALIDATED.get(id(message)) is message:  # (a plain Message: only those are held)
         metadata = message.metadata
         if not metadata:
             return message
@@ -992,7 +993,7 @@ def checked_message(message: Message) -> Message:
             return message
         except ValueError:
             pass  # validated below, which names the problem
-    return Message.model_validate({name: getattr(message, name) for name in Message.model_fields})
+    return message.as_message()
 
 
 _SHARED_FIELDS_SET: dict[type[BaseModel], set[str]] = {}

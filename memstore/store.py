@@ -135,8 +135,7 @@ class MemoryStore:
         return self._plan.cache_info()
 
     def _execute(self, plan: Plan) -> Any:
-        _base.refuse_closed(self._closed)
-        _base.refuse_inside_rewrite()
+        _base.refuse_call(self._closed)
         prepared = plan.prepare() if plan.prepare is not None else None
         with self._turn:
             try:
@@ -439,8 +438,7 @@ class MemoryStore:
         With ``summaries`` given, the first page also reads the conversation's
         summaries into that list (from the header's snapshot).
         """
-        _base.refuse_closed(self._closed)
-        _base.refuse_inside_rewrite()
+        _base.refuse_call(self._closed)
         pager = _base.Pager(size, _base.snapshot_pages(self._engine.url))
         conn: Connection | None = None
         turn = self._turn
@@ -546,8 +544,7 @@ class MemoryStore:
     @contextmanager
     def _write_connection(self) -> Iterator[Connection]:
         """One write transaction (committed when the block ends without an exception)."""
-        _base.refuse_closed(self._closed)
-        _base.refuse_inside_rewrite()
+        _base.refuse_call(self._closed)
         with self._turn, translate_db_errors(), self._engine.connect() as conn:
             conn.execution_options(**write_options())
             with conn.begin():
