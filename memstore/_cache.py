@@ -52,12 +52,11 @@ that kept replacing each other).
 
 from __future__ import annotations
 
-import os
 import threading
-import weakref
 from collections import OrderedDict
 from typing import NamedTuple
 
+from memstore._fork import after_fork_in_child
 from memstore.models import StoredMessage
 
 __all__ = ["DEFAULT_CACHE_SIZE", "CacheEntry", "CacheInfo", "RowCache"]
@@ -112,10 +111,8 @@ class RowCache:
         self._hits = 0
         self._misses = 0
         self._lock = threading.Lock()
-        if hasattr(os, "register_at_fork"):
-            # A lock another thread held at fork would stay held in the child forever.
-            ref = weakref.ref(self)
-            os.register_at_fork(after_in_child=lambda: _new_lock(ref))
+        # A lock another thread held at fork would stay held in the child forever.
+        after_fork_in_child(self, _new_lock)
 
     def __len__(self) -> int:
         """Messages held."""
@@ -216,8 +213,6 @@ def _newest(rows: dict[int, StoredMessage], limit: int) -> dict[int, StoredMessa
     return {s: rows[s] for s in sorted(keep)}
 
 
-def _new_lock(ref: weakref.ref[RowCache]) -> None:
+def _new_lock(cache: RowCache) -> None:
     """In a forked child: a fresh lock for the cache (the inherited one may be held)."""
-    cache = ref()
-    if cache is not None:
-        cache._lock = threading.Lock()
+    cache._lock = threading.Lock()

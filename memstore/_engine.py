@@ -23,7 +23,6 @@ import asyncio
 import importlib
 import os
 import threading
-import weakref
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, create_engine, event, pool
@@ -32,6 +31,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.util import await_only
 from sqlalchemy.util.concurrency import in_greenlet
 
+from memstore._fork import after_fork_in_child
 from memstore.errors import ConfigurationError, MissingDependencyError
 
 if TYPE_CHECKING:  # the asyncio extension (and SQLAlchemy's ORM with it) loads with the async store
@@ -234,16 +234,12 @@ def forget_connections_after_fork(engine: Engine) -> None:
     has a copy of: it is kept. The engine is held weakly (a store's engine is
     collected with it).
     """
-    if not hasattr(os, "register_at_fork") or _is_memory(engine.url):
-        return
-    ref = weakref.ref(engine)
+    if not _is_memory(engine.url):
+        after_fork_in_child(engine, _drop_pool)
 
-    def after_in_child() -> None:
-        alive = ref()
-        if alive is not None:
-            alive.dispose(close=False)
 
-    os.register_at_fork(after_in_child=after_in_child)
+def _drop_pool(engine: Engine) -> None:
+    engine.dispose(close=False)
 
 
 def install_sqlite_hooks(

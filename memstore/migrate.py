@@ -653,12 +653,13 @@ def create_partitioned(
             "ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relname IN "
             "('memstore_conversations', 'memstore_messages', 'memstore_summaries')"
         )).scalar_one()
-        if not existing and inspect(conn).has_table(VERSION_TABLE) and not _current(conn):
-            # What a downgrade to base leaves (Alembic keeps its version table, empty):
-            # a database without memstore's tables, which the layout may be created in.
-            conn.execute(text(f"DROP TABLE {VERSION_TABLE}"))
-        elif inspect(conn).has_table(VERSION_TABLE):
-            existing += 1
+        if inspect(conn).has_table(VERSION_TABLE):
+            if not existing and not _current(conn):
+                # What a downgrade to base leaves (Alembic keeps its version table,
+                # empty): a database without memstore's tables, for the layout.
+                conn.execute(text(f"DROP TABLE {VERSION_TABLE}"))
+            else:
+                existing += 1
         if existing:
             raise ConfigurationError(
                 "memstore's tables already exist in this database; the partitioned layout "
