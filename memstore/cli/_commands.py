@@ -519,13 +519,18 @@ def _openai_items(text: str, name: str) -> list[tuple[str, Any]]:
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            pairs.append((f"{name}:{lineno}", json.loads(line)))
-        except json.JSONDecodeError as exc:
-            raise FileFormatError(f"{name}:{lineno}: not JSON: {exc.msg}") from None
-        except RecursionError:
-            raise FileFormatError(f"{name}:{lineno}: {JSON_TOO_DEEP}") from None
+        pairs.append((f"{name}:{lineno}", _json_line(line, f"{name}:{lineno}")))
     return pairs
+
+
+def _json_line(line: str, where: str) -> Any:
+    """One line of a JSON Lines file, decoded; an error naming ``where`` (file:line)."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise FileFormatError(f"{where}: not JSON: {exc.msg}") from None
+    except RecursionError:
+        raise FileFormatError(f"{where}: {JSON_TOO_DEEP}") from None
 
 
 def _import_openai(args: argparse.Namespace) -> int:
@@ -637,12 +642,7 @@ def _first_lines(fp: IO[str], name: str, path: str) -> list[str]:
         head.append(line)
         if line.strip():
             break
-    try:
-        first = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise FileFormatError(f"{name}:{len(head)}: not JSON: {exc.msg}") from None
-    except RecursionError:
-        raise FileFormatError(f"{name}:{len(head)}: {JSON_TOO_DEEP}") from None
+    first = _json_line(line, f"{name}:{len(head)}")
     if not isinstance(first, dict):
         raise FileFormatError(f"{name}:{len(head)}: expected a JSON object (a memstore "
                               f"export line), got {type(first).__name__}")
