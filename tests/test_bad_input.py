@@ -209,11 +209,7 @@ async def test_a_closed_store_refuses_every_call(store: Any) -> None:
     for make in calls:
         with pytest.raises(StoreClosedError, match="this store was closed"):
             await call(make())
+    stream = store.iter_messages("c")
     with pytest.raises(StoreClosedError):
-        if hasattr(store, "iter_messages"):
-            result = store.iter_messages("c")
-            if hasattr(result, "__anext__"):
-                await result.__anext__()
-            else:
-                next(iter(result))
+        await (stream.__anext__() if hasattr(stream, "__anext__") else call(next(stream)))
     await call(store.close())  # again: nothing to do

@@ -377,8 +377,7 @@ def _refusing_server(message: str) -> tuple[Any, int]:
 def test_a_server_restarting_refuses_connections_retryably(message: str) -> None:
     """During a PostgreSQL restart new connections are refused (57P03): a retryable
     ConnectionLostError, as docs/reliability.md tells callers to retry."""
-    pytest.importorskip("psycopg")
-    from memstore.errors import ConnectionLostError
+    from memstore.errors import ConnectionLostError  # (psycopg is a test dependency)
 
     sock, port = _refusing_server(message)
     try:
