@@ -612,6 +612,15 @@ class StoreModel(RuleBasedStateMachine):
         return conv.first + data.draw(st.integers(-1, len(conv.rows)), label="offset")
 
     @staticmethod
+    def missing(conv: Conv, call: Callable[[], Any]) -> bool:
+        """True when ``conv`` does not exist, after checking that ``call`` says so."""
+        if conv.exists:
+            return False
+        with pytest.raises(ConversationNotFoundError):
+            call()
+        return True
+
+    @staticmethod
     def rarely(data: st.DataObject) -> bool:
         """True about one time in five (rules that would empty most examples)."""
         return data.draw(st.integers(0, 4), label="this time") == 1
@@ -695,9 +704,7 @@ class StoreModel(RuleBasedStateMachine):
     def pop(self, data: st.DataObject, n: int) -> None:
         conv = self.conv(data)
         store = self.writer(data)
-        if not conv.exists:
-            with pytest.raises(ConversationNotFoundError):
-                store.pop(conv.id, n)
+        if self.missing(conv, lambda: store.pop(conv.id, n)):
             return
         got = store.pop(conv.id, n)
         removed = conv.rows[max(0, len(conv.rows) - n):] if n else []
@@ -716,9 +723,7 @@ class StoreModel(RuleBasedStateMachine):
             with pytest.raises(InvalidInputError):
                 store.truncate(conv.id, before_seq=before_seq)
             return
-        if not conv.exists:
-            with pytest.raises(ConversationNotFoundError):
-                store.truncate(conv.id, before_seq=before_seq)
+        if self.missing(conv, lambda: store.truncate(conv.id, before_seq=before_seq)):
             return
         count = store.truncate(conv.id, before_seq=before_seq)
         cut = min(before_seq, conv.last + 1)
@@ -735,9 +740,7 @@ class StoreModel(RuleBasedStateMachine):
             return
         conv = self.conv(data)
         store = self.writer(data)
-        if not conv.exists:
-            with pytest.raises(ConversationNotFoundError):
-                store.clear(conv.id)
+        if self.missing(conv, lambda: store.clear(conv.id)):
             return
         assert store.clear(conv.id) == len(conv.rows)
         conv.first, conv.rows, conv.summaries = 1, [], []
@@ -748,9 +751,7 @@ class StoreModel(RuleBasedStateMachine):
             return
         conv = self.conv(data)
         store = self.writer(data)
-        if not conv.exists:
-            with pytest.raises(ConversationNotFoundError):
-                store.delete_conversation(conv.id)
+        if self.missing(conv, lambda: store.delete_conversation(conv.id)):
             return
         store.delete_conversation(conv.id)
         conv.reset()
@@ -781,9 +782,7 @@ class StoreModel(RuleBasedStateMachine):
             with pytest.raises(InvalidInputError):
                 call(store, seq)
             return
-        if not conv.exists:
-            with pytest.raises(ConversationNotFoundError):
-                call(store, seq)
+        if self.missing(conv, lambda: call(store, seq)):
             return
         if not conv.first <= seq <= conv.last:
             with pytest.raises(MessageNotFoundError):
@@ -813,9 +812,7 @@ class StoreModel(RuleBasedStateMachine):
                                edit=lambda m, u: m.model_copy(update=u), spec_of_item=spec_of)
             return out
 
-        if not conv.exists:
-            with pytest.raises(ConversationNotFoundError):
-                store.rewrite(conv.id, fn, newest=newest)
+        if self.missing(conv, lambda: store.rewrite(conv.id, fn, newest=newest)):
             assert calls == []
             return
 
@@ -875,9 +872,7 @@ class StoreModel(RuleBasedStateMachine):
         """save_state (or dump_state) then load_state(replace=True): nothing changes."""
         conv = self.conv(data)
         source, target = self.writer(data), self.writer(data)
-        if not conv.exists:
-            with pytest.raises(ConversationNotFoundError):
-                source.save_state(conv.id)
+        if self.missing(conv, lambda: source.save_state(conv.id)):
             return
         snapshot = self.snapshot(source, conv, how)
         if data.draw(st.booleans(), label="restore_state"):
@@ -954,9 +949,8 @@ class StoreModel(RuleBasedStateMachine):
             text = f"summary of {len(seqs)}: {' '.join(map(str, seqs))}"
             return Message.assistant(text) if as_message else text
 
-        if not conv.exists:
-            with pytest.raises(ConversationNotFoundError):
-                store.summarize(conv.id, summarizer, keep_tokens=keep, counter=counter)
+        if self.missing(conv, lambda: store.summarize(conv.id, summarizer, keep_tokens=keep,
+                                                      counter=counter)):
             return
         previous = conv.summaries[-1] if conv.summaries else None
         folded, last = fold(conv, keep, counter)
