@@ -403,9 +403,7 @@ def _image_from_anthropic(block: Mapping[str, Any], where: str) -> ImagePart:
 
 def _source_text(source: Mapping[str, Any], key: str, where: str) -> str:
     """An image source's ``key``: a non-empty string, or an InvalidInputError naming it."""
-    if key not in source:
-        raise InvalidInputError(f"{where}: the image source has no {key!r}")
-    value = source[key]
+    value = _field(source, key, f"{where}: the image source")
     if not isinstance(value, str) or not value:
         raise InvalidInputError(
             f"{where}: the image source's {key!r} must be a non-empty string, "
