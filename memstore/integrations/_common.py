@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import Any, TypeVar, cast
 
@@ -58,6 +59,7 @@ __all__ = [
     "read_history_sync",
     "run",
     "store_url",
+    "unescaped_json",
     "valid_name",
 ]
 
@@ -312,3 +314,18 @@ async def run(store: AnyStore, call: Callable[[Any], T | Awaitable[T]]) -> T:
     if inspect.isawaitable(result):
         return cast(T, await result)
     return result
+
+
+def unescaped_json(value: Any, **options: Any) -> str:
+    """``value`` as JSON with its non-ASCII text as it is (``ensure_ascii=False``).
+
+    What frameworks send a model, so what a budget should count. Text holding a lone
+    surrogate, which memstore cannot store, keeps JSON's escapes instead (it reads back
+    equal); JSON escapes NUL either way. ``options`` go to ``json.dumps``.
+    """
+    text = json.dumps(value, ensure_ascii=False, **options)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value, **options)
+    return text

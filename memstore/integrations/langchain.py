@@ -77,6 +77,7 @@ from memstore.integrations._common import (
     check_view,
     read_history,
     read_history_sync,
+    unescaped_json,
     valid_name,
 )
 from memstore.models import ImagePart, ImageURL, Message, TextPart, ToolCall
@@ -253,12 +254,7 @@ def _arguments(args: dict[str, Any]) -> str:
     that is what a budget counts. A lone surrogate in ``args`` would stay raw there,
     which memstore cannot store: that text keeps JSON's escapes (it reads back equal).
     """
-    text = json.dumps(args, ensure_ascii=False)  # (JSON escapes NUL either way)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate
-        return json.dumps(args)
-    return text
+    return unescaped_json(args)
 
 
 def _tool_calls(calls: Sequence[dict[str, Any]]) -> list[ToolCall] | None:

@@ -48,7 +48,12 @@ from typing import Any, TypeVar
 
 from memstore.aio import AsyncMemoryStore
 from memstore.errors import ConversationNotFoundError, InvalidInputError
-from memstore.integrations._common import check_conversation, check_store, check_view
+from memstore.integrations._common import (
+    check_conversation,
+    check_store,
+    check_view,
+    unescaped_json,
+)
 from memstore.models import (
     ImagePart,
     ImageURL,
@@ -164,18 +169,6 @@ _FILLER = " ."
 _PAD_TRIES = 4
 
 
-def _storable(text: str) -> bool:
-    """Whether ``text`` is Unicode memstore can store: no lone surrogate.
-
-    (JSON escapes NUL whatever ``ensure_ascii`` says.)
-    """
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _cut_data_urls(value: Any) -> Any:
     """``value`` with every ``data:`` URL string replaced by its header (``data:...,…``)."""
     if isinstance(value, str):
@@ -195,9 +188,7 @@ def _dumped(value: Any) -> str:
     Non-ASCII text unescaped (as it is counted in a string output), unless that text
     cannot be stored (a lone surrogate): then with JSON's escapes.
     """
-    cut = _cut_data_urls(value)
-    text = json.dumps(cut, sort_keys=True, default=str, ensure_ascii=False)
-    return text if _storable(text) else json.dumps(cut, sort_keys=True, default=str)
+    return unescaped_json(_cut_data_urls(value), sort_keys=True, default=str)
 
 
 def _image_part(url: Any, detail: Any) -> ImagePart:
