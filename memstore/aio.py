@@ -32,6 +32,7 @@ from memstore._base import Durability, MessageLike, MigrateMode, Plan, Summarize
 from memstore._cache import DEFAULT_CACHE_SIZE, CacheInfo
 from memstore._engine import make_async_engine, read_options, turn_of, write_options
 from memstore.errors import ConnectionLostError, ConversationNotFoundError, translate_db_errors
+from memstore.migrate import amigration_turn
 from memstore.models import (
     ContextWindow,
     Conversation,
@@ -149,7 +150,8 @@ class AsyncMemoryStore:
             async with self._engine.connect() as conn, conn.begin():
                 needs_write = await conn.run_sync(_base.schema_needs_write, self._mode)
             if needs_write:
-                async with self._engine.connect() as conn:
+                # The process's migration lock first, then the database's (see migrate).
+                async with amigration_turn(), self._engine.connect() as conn:
                     await conn.execution_options(**write_options())
                     async with conn.begin():
                         await conn.run_sync(_base.ensure_schema, self._mode)

@@ -15,11 +15,14 @@ so it coexists with a host application's Alembic history in one database.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from contextvars import ContextVar
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TextIO
@@ -59,6 +62,53 @@ Bind = Engine | Connection | str
 _PG_LOCK_KEY = 0x6D656D73  # "mems"
 
 UPGRADE_HINT = "memstore db upgrade --url <database url>"
+
+#: One Alembic migration at a time in this process. Alembic's ``context`` and ``op`` are
+#: module-level proxies shared by the whole process: each migration installs them on entry
+#: and removes them on exit. Two migrations at once on *different* databases (two threads,
+#: or two async stores first used together) would run one database's DDL through the
+#: other's context, or fail with a ``KeyError`` from Alembic; the database's own lock only
+#: orders migrators of the same database. memstore's own paths take this lock first, before
+#: any database lock, so the order is the same everywhere.
+_MIGRATION_LOCK = threading.Lock()
+#: Whether this context (thread, task, or the greenlet of an async store's ``run_sync``,
+#: which SQLAlchemy runs in its caller's context) already holds ``_MIGRATION_LOCK``.
+_HOLDING: ContextVar[bool] = ContextVar("memstore_migration_turn", default=False)
+
+
+@contextmanager
+def migration_turn() -> Iterator[None]:
+    """Hold the process's migration lock (re-entrant within one thread or task)."""
+    if _HOLDING.get():
+        yield
+        return
+    with _MIGRATION_LOCK:
+        token = _HOLDING.set(True)
+        try:
+            yield
+        finally:
+            _HOLDING.reset(token)
+
+
+@asynccontextmanager
+async def amigration_turn() -> AsyncIterator[None]:
+    """:func:`migration_turn` for the event loop: waits without blocking other tasks.
+
+    Polls rather than waiting in a worker thread, so a task cancelled while it waits
+    never leaves the lock taken behind it. Migrations are rare (a store's first use),
+    and only a migration running at that moment makes it wait.
+    """
+    if _HOLDING.get():
+        yield
+        return
+    while not _MIGRATION_LOCK.acquire(blocking=False):  # noqa: ASYNC110 - a thread lock
+        await asyncio.sleep(0.005)
+    token = _HOLDING.set(True)
+    try:
+        yield
+    finally:
+        _HOLDING.reset(token)
+        _MIGRATION_LOCK.release()
 
 #: memstore's revisions, oldest first: the one line from base to head that its scripts in
 #: ``migrations/versions`` form (a test holds the two equal, and every migration checks the
@@ -450,13 +500,14 @@ def _require_head(at: tuple[str, ...]) -> None:
 def upgrade_connection(conn: Connection, revision: str = "head") -> None:
     """Upgrade on an open connection whose transaction the caller manages."""
     target = _Revision(revision, "upgrade")
-    _take_lock(conn)
-    at = _position_at(conn)
-    position = target.resolve(at)
-    if position > at:  # an upgrade never moves down: at or past the target, nothing to do
-        from alembic import command
+    with migration_turn():
+        _take_lock(conn)
+        at = _position_at(conn)
+        position = target.resolve(at)
+        if position > at:  # an upgrade never moves down: at or past the target, nothing to do
+            from alembic import command
 
-        command.upgrade(_config(conn), _name(position))
+            command.upgrade(_config(conn), _name(position))
 
 
 def upgrade(
@@ -490,7 +541,7 @@ def upgrade(
     _check_bind(bind)
     if _missing_sqlite_file(bind, create=True) and target.resolve(0) == 0:
         return None  # a new database stays at base: create no file for it
-    with _connection(bind, write=True) as conn:
+    with migration_turn(), _connection(bind, write=True) as conn:
         upgrade_connection(conn, revision)
     return None
 
@@ -514,7 +565,7 @@ def downgrade(
     if _missing_sqlite_file(bind, create=False):
         target.resolve(0)  # nothing to remove, and no file to create
         return None
-    with _connection(bind, write=True) as conn:
+    with migration_turn(), _connection(bind, write=True) as conn:
         at = _position_at(conn)
         position = target.resolve(at)
         if position < at:
@@ -537,7 +588,8 @@ def _offline(bind: Bind, revision: str, direction: str, output: TextIO | None) -
         "%", "%%"))
     from alembic import command
 
-    getattr(command, direction)(cfg, revision, sql=True)
+    with migration_turn():
+        getattr(command, direction)(cfg, revision, sql=True)
     return buffer.getvalue() if output is None and isinstance(buffer, io.StringIO) else None
 
 

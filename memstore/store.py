@@ -28,6 +28,7 @@ from memstore._base import Durability, MessageLike, MigrateMode, Plan, Summarize
 from memstore._cache import DEFAULT_CACHE_SIZE, CacheInfo
 from memstore._engine import make_engine, read_options, turn_of, write_options
 from memstore.errors import ConnectionLostError, ConversationNotFoundError, translate_db_errors
+from memstore.migrate import migration_turn
 from memstore.models import (
     ContextWindow,
     Conversation,
@@ -104,7 +105,9 @@ class MemoryStore:
             with translate_db_errors(), self._engine.connect() as conn, conn.begin():
                 needs_write = _base.schema_needs_write(conn, mode)
             if needs_write:
-                with translate_db_errors(), self._engine.connect() as conn:
+                # The process's migration lock first, then the database's (see migrate).
+                with migration_turn(), translate_db_errors(), \
+                        self._engine.connect() as conn:
                     conn.execution_options(**write_options())
                     with conn.begin():
                         _base.ensure_schema(conn, mode)

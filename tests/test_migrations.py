@@ -796,3 +796,81 @@ def test_0004_reads_again_a_conversation_changed_while_it_runs(postgres: Any) ->
         assert conversations["tools"][1] not in (12345, 0)
     finally:
         engine.dispose()
+
+
+def _second_empty_db(empty_db_url: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Another brand-new database of the same kind as ``empty_db_url``."""
+    if empty_db_url.startswith("sqlite"):
+        return f"sqlite:///{tmp_path / 'second.db'}"
+    server = request.getfixturevalue("postgres")
+    return str(server.create_database("memstore_mig"))
+
+
+def _at_head_with_tables(url: str) -> None:
+    assert migrate.is_current(url)
+    assert MEMSTORE_TABLES <= _tables(url)
+    with MemoryStore(url, counter=FixedCounter(), migrate="check") as store:
+        store.append("c", Message.user("hi"))
+        assert store.get_message("c", 1).text == "hi"
+
+
+def test_two_databases_migrated_at_once_by_threads(
+    empty_db_url: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    # Alembic's context is process-wide: two migrations of different databases at once
+    # used to run one's DDL through the other's context (or fail with a KeyError).
+    import threading
+
+    urls = [empty_db_url, _second_empty_db(empty_db_url, request, tmp_path)]
+    for _ in range(4):
+        barrier = threading.Barrier(2)
+        errors: list[BaseException] = []
+
+        def open_store(url: str) -> None:
+            try:
+                barrier.wait()
+                MemoryStore(url, counter=FixedCounter(), migrate="upgrade").close()
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=open_store, args=(u,)) for u in urls]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors, errors
+        for url in urls:
+            _at_head_with_tables(url)
+        # Downgrades at once too, then the next round upgrades again.
+        downs = [threading.Thread(target=migrate.downgrade, args=(u, "base")) for u in urls]
+        for t in downs:
+            t.start()
+        for t in downs:
+            t.join(60)
+        for url in urls:
+            assert migrate.current(url) == ()
+            assert not MEMSTORE_TABLES & _tables(url)
+
+
+async def test_two_async_stores_migrate_their_databases_at_once(
+    empty_db_url: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    import asyncio
+
+    from memstore.aio import AsyncMemoryStore
+
+    urls = [empty_db_url, _second_empty_db(empty_db_url, request, tmp_path)]
+    if urls[0].startswith("sqlite"):
+        urls = [u.replace("sqlite://", "sqlite+aiosqlite://") for u in urls]
+    for _ in range(3):
+        stores = [AsyncMemoryStore(u, counter=FixedCounter(), migrate="upgrade") for u in urls]
+        try:
+            # One task waits for the other's migration without blocking the event loop.
+            await asyncio.wait_for(asyncio.gather(*(s.setup() for s in stores)), 60)
+        finally:
+            for s in stores:
+                await s.close()
+        sync_urls = [u.replace("+aiosqlite", "") for u in urls]
+        for url in sync_urls:
+            _at_head_with_tables(url)
+            migrate.downgrade(url, "base")
