@@ -24,6 +24,7 @@ from sqlalchemy import Connection, Engine
 from memstore import _ops, _rewrite, _rows, _snapshots, _statements, _window, migrate
 from memstore._cache import CacheInfo, RowCache
 from memstore._engine import (
+    apply_options,
     check_durability,
     default_url,
     install_sqlite_hooks,
@@ -89,8 +90,7 @@ def run_in_transaction(
     span several statements get one snapshot. Any exception rolls everything back.
     """
     options = write_options() if write else read_options(conn.dialect.name, snapshot=snapshot)
-    if options:
-        conn.execution_options(**options)
+    apply_options(conn, options)
     with conn.begin():
         return fn(conn, *args)
 

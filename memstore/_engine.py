@@ -25,7 +25,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, create_engine, event, pool
+from sqlalchemy import Connection, Engine, create_engine, event, pool
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.util import await_only
@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # the asyncio extension (and SQLAlchemy's ORM with it) loads 
 __all__ = [
     "DEFAULT_URL",
     "DURABILITY_MODES",
+    "apply_options",
     "check_durability",
     "async_url",
     "default_url",
@@ -320,6 +321,26 @@ def _rollback_before_close(dbapi_connection: Any) -> None:
             await_only(asyncio.shield(driver.rollback()))
     except (Exception, asyncio.CancelledError):  # closing anyway
         pass
+
+
+def apply_options(conn: Connection, options: dict[str, Any]) -> None:
+    """``conn.execution_options(**options)``; a connection it leaves half-set is dropped.
+
+    SQLAlchemy sets a connection characteristic (PostgreSQL's isolation level and
+    read-only flag, which snapshot reads use) first, and only then registers its reset
+    for the connection's return to the pool. An interruption in between, typically an
+    asyncio cancellation while psycopg yields to the event loop inside
+    ``set_read_only``, returned the connection to the pool still ``READ ONLY``: every
+    later write that got it failed. Such a connection is invalidated instead (the pool
+    opens a fresh one).
+    """
+    if not options:
+        return
+    try:
+        conn.execution_options(**options)
+    except BaseException:
+        conn.invalidate()
+        raise
 
 
 def write_options() -> dict[str, Any]:

@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from memstore import _base, _snapshots, _stateio
 from memstore._base import Durability, MessageLike, MigrateMode, Plan, Summarizer
 from memstore._cache import DEFAULT_CACHE_SIZE, CacheInfo
-from memstore._engine import make_async_engine, read_options, turn_of, write_options
+from memstore._engine import apply_options, make_async_engine, read_options, turn_of, write_options
 from memstore.errors import ConnectionLostError, ConversationNotFoundError, translate_db_errors
 from memstore.migrate import amigration_turn
 from memstore.models import (
@@ -361,8 +361,8 @@ class AsyncMemoryStore:
                 with translate_db_errors():
                     if conn is None:
                         conn = await self._engine.connect()
-                        await conn.execution_options(
-                            **read_options(self._engine.dialect.name, snapshot=True))
+                        await conn.run_sync(
+                            apply_options, read_options(self._engine.dialect.name, snapshot=True))
                         await conn.begin()
                     head, page = await conn.run_sync(
                         _snapshots.read_page, cid, start, stop, pager.after, size,

@@ -26,7 +26,7 @@ from sqlalchemy import Connection, Engine
 from memstore import _base, _snapshots, _stateio
 from memstore._base import Durability, MessageLike, MigrateMode, Plan, Summarizer
 from memstore._cache import DEFAULT_CACHE_SIZE, CacheInfo
-from memstore._engine import make_engine, read_options, turn_of, write_options
+from memstore._engine import apply_options, make_engine, read_options, turn_of, write_options
 from memstore.errors import ConnectionLostError, ConversationNotFoundError, translate_db_errors
 from memstore.migrate import migration_turn
 from memstore.models import (
@@ -451,7 +451,7 @@ class MemoryStore:
                 with translate_db_errors():
                     if conn is None:
                         conn = self._engine.connect()
-                        conn.execution_options(**read_options(conn.dialect.name, snapshot=True))
+                        apply_options(conn, read_options(conn.dialect.name, snapshot=True))
                         conn.begin()
                     head, page = _snapshots.read_page(conn, cid, start, stop, pager.after, size,
                                                 summaries if pager.after is None else None)

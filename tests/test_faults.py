@@ -141,6 +141,40 @@ async def test_terminated_backend_mid_window_is_retried_once(pg_store: Any,
     assert len(await call(pg_store.messages("c"))) == 41
 
 
+class _Interrupted(BaseException):
+    """An interruption of a sync call between two steps (as KeyboardInterrupt would be)."""
+
+
+@pytest.mark.postgres
+async def test_a_read_interrupted_while_it_sets_read_only_leaves_no_read_only_connection(
+        pg_store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLAlchemy sets a snapshot read's READ ONLY flag, then registers its reset. A
+    cancellation in between (psycopg may yield to the event loop in ``set_read_only``)
+    returned the connection to the pool still read-only, and every later write on it
+    failed; now that connection is dropped."""
+    import asyncio
+
+    await call(pg_store.extend("c", [Message.user("a"), Message.user("b")]))
+    dialect = pg_store.engine.dialect
+    real = dialect.set_readonly
+    interruption = (asyncio.CancelledError if isinstance(pg_store, AsyncMemoryStore)
+                    else _Interrupted)
+
+    def set_then_interrupted(dbapi_connection: Any, value: bool) -> None:
+        real(dbapi_connection, value)
+        if value:
+            raise interruption()
+
+    monkeypatch.setattr(dialect, "set_readonly", set_then_interrupted)
+    with pytest.raises(interruption):
+        await call(pg_store.messages("c"))
+    monkeypatch.setattr(dialect, "set_readonly", real)
+    # The next connection the pool hands out writes (a transactional batch, then by ids).
+    await call(pg_store.extend("c", [Message.user("c"), Message.user("d")]))
+    await call(pg_store.extend("c", [Message.user("e", id="e")]))
+    assert [m.text for m in await call(pg_store.messages("c"))] == ["a", "b", "c", "d", "e"]
+
+
 @pytest.mark.postgres
 def test_autocommit_switch_on_a_broken_connection_is_a_connection_error(pg_url: str) -> None:
     """The direct read and append paths flip the driver's autocommit flag first; on a
