@@ -373,9 +373,15 @@ def view_config(view: Any) -> dict[str, Any] | None:
 
 
 def coerce_state(state: Any) -> ConversationState:
-    """Accept a ConversationState, its dict, or its JSON text."""
+    """Accept a ConversationState, its dict, or its JSON text.
+
+    An instance is validated again: one edited with ``model_copy(update=...)``, or holding
+    messages that were (pydantic validates neither, nor the models nested in an
+    instance), could otherwise store values the rules refuse (NaN metadata, a lone
+    surrogate, a tool message without its call id, a seq past the range).
+    """
     if isinstance(state, ConversationState):
-        return state
+        return ConversationState.model_validate(state.model_dump())
     if isinstance(state, (str, bytes)):
         return ConversationState.model_validate_json(state)
     if isinstance(state, Mapping):

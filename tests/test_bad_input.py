@@ -168,6 +168,42 @@ async def test_a_message_that_skipped_validation_is_validated_when_written(
     assert (stored.content, stored.score) == ("changed", 2.0)
 
 
+async def test_a_state_that_skipped_validation_is_validated_when_loaded(store: Any) -> None:
+    """A ConversationState edited with model_copy(update=...), or holding messages that
+    were, reached the databases unchecked: SQLite stored infinite metadata and a tool
+    message without its call id, PostgreSQL raised driver errors, a lone surrogate
+    raised UnicodeEncodeError. Loading validates the instance again; nothing is written."""
+    from memstore.models import ConversationState
+
+    await call(store.extend("c", [Message.user("a"), Message.assistant("b")]))
+    state = await call(store.save_state("c"))
+    first, second = state.messages
+    edits = {
+        "infinite metadata": [first.model_copy(update={"metadata": {"a": float("inf")}}), second],
+        "surrogate": [first.model_copy(update={"content": "\ud800"}), second],
+        "tool without call id": [first.model_copy(update={"role": "tool"}), second],
+        "seq past the range": [first.model_copy(update={"seq": 2**63}),
+                               second.model_copy(update={"seq": 2**63 + 1})],
+        "repeated seq": [first, first],
+    }
+    for case, messages in edits.items():
+        bad = state.model_copy(update={"messages": messages})
+        with pytest.raises(pydantic.ValidationError):
+            await call(store.load_state(bad, "t"))
+        assert [c.id for c in await call(store.list_conversations())] == ["c"], case
+    constructed = ConversationState.model_construct(
+        conversation=state.conversation, summaries=[], view=None, version=2,
+        format="memstore.conversation",
+        messages=[first.model_copy(update={"role": "robot"}), second])
+    with pytest.raises(pydantic.ValidationError):
+        await call(store.load_state(constructed, "t"))
+    # A valid edit loads as it says.
+    renamed = state.model_copy(update={"messages": [first.model_copy(update={"content": "A"}),
+                                                     second]})
+    await call(store.load_state(renamed, "t"))
+    assert [m.content for m in await call(store.messages("t"))] == ["A", "b"]
+
+
 async def test_idempotent_append_compares_metadata_as_json(store: Any) -> None:
     """1, 1.0 and True are equal in Python but three JSON values: a re-sent id whose
     metadata differs only so is a conflict, not the stored message."""
