@@ -814,6 +814,18 @@ def empty_window(conversation_id: str, view: ContextView, default: TokenCounter)
     return result.model_copy(update={"conversation_id": conversation_id})
 
 
+def empty_state(conversation_id: str, view: ContextView) -> ConversationState:
+    """The snapshot of a conversation that does not exist yet (a context before its first add).
+
+    Loading it gives an empty conversation, as a context that was cleared.
+    """
+    now = _rows.utcnow()
+    return ConversationState(
+        conversation=Conversation(id=conversation_id, created_at=now, updated_at=now),
+        messages=[], view=view_config(view),
+    )
+
+
 
 # ---- streaming (iter_messages, dump_state, restore_state) -------------------------------
 

@@ -504,9 +504,16 @@ class AsyncChatContext:
             return 0
 
     async def save_state(self) -> ConversationState:
-        """Snapshot the conversation with this context's view configuration."""
+        """Snapshot the conversation with this context's view configuration.
+
+        Before the first message (or after the conversation was deleted): an empty
+        snapshot, as :meth:`get_messages` is empty then.
+        """
         plan = self._store._plan.save_state(self.conversation_id, self.view)
-        return await self._store._execute(plan)  # type: ignore[no-any-return]
+        try:
+            return await self._store._execute(plan)  # type: ignore[no-any-return]
+        except ConversationNotFoundError:
+            return _base.empty_state(self.conversation_id, self.view)
 
     async def load_state(self, state: ConversationState | dict[str, Any] | str) -> None:
         """Replace the conversation with ``state`` (one transaction)."""

@@ -652,8 +652,16 @@ class ChatContext:
             return 0
 
     def save_state(self) -> ConversationState:
-        """Snapshot the conversation with this context's view configuration."""
-        return self._store._execute(self._store._plan.save_state(self.conversation_id, self.view))  # type: ignore[no-any-return]
+        """Snapshot the conversation with this context's view configuration.
+
+        Before the first message (or after the conversation was deleted): an empty
+        snapshot, as :meth:`get_messages` is empty then.
+        """
+        plan = self._store._plan.save_state(self.conversation_id, self.view)
+        try:
+            return self._store._execute(plan)  # type: ignore[no-any-return]
+        except ConversationNotFoundError:
+            return _base.empty_state(self.conversation_id, self.view)
 
     def load_state(self, state: ConversationState | dict[str, Any] | str) -> None:
         """Replace the conversation with ``state`` (one transaction)."""

@@ -55,7 +55,7 @@ from typing import Any, ClassVar, Literal, cast
 
 from pydantic import JsonValue
 
-from memstore._validate import text_problem
+from memstore._validate import MAX_JSON_FLOAT, text_problem
 from memstore._viewparts import (
     _budget_check,
     _budget_page,
@@ -177,9 +177,26 @@ class ContextView(abc.ABC):
             elif f.name == "tools":
                 config[f.name] = None if value is None else cast(JsonValue, json.loads(
                     json.dumps(list(value))))
+            elif isinstance(value, float):
+                config[f.name] = _json_number(value)
             else:
                 config[f.name] = cast(JsonValue, value)
         return config
+
+
+def _json_number(value: float) -> JsonValue:
+    """A float parameter as a JSON value that reads back equal from both databases.
+
+    ``jsonb`` has no ``-0.0`` and prints floats of 1e16 or more as integers, so the
+    JSON rules refuse them (see docs/input-rules.md); a view accepts them
+    (``ScoreBasedView(half_life=1e20)``), so its config writes ``0.0`` and the
+    integer, which are equal to them and build an equal view.
+    """
+    if value == 0:
+        return 0.0
+    if abs(value) >= MAX_JSON_FLOAT:
+        return int(value)  # exact: a float this large is an integer
+    return value
 
 
 # ---- the views --------------------------------------------------------------------------

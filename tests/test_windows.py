@@ -135,6 +135,24 @@ async def test_chat_context_round_trip(store: Any) -> None:
     assert await call(ctx.get_window()) == window
 
 
+async def test_chat_context_saves_an_empty_state_before_its_first_message(store: Any) -> None:
+    """A fresh context's messages are empty, and so is its snapshot (it raised
+    ConversationNotFoundError); loading that snapshot back empties the context."""
+    view = ScoreBasedView(token_limit=100, half_life=1e20, keep_rate=-0.0)
+    ctx = store.context("fresh", view)
+    state = await call(ctx.save_state())
+    assert (state.conversation.id, state.messages, state.summaries) == ("fresh", [], [])
+    # Float settings jsonb cannot hold as they are are written as equal values it can.
+    assert state.view is not None and view_from_config(state.view) == view
+    await call(ctx.add_message(Message.user("hello")))
+    await call(ctx.load_state(state))
+    assert await call(ctx.get_messages()) == []
+    await call(store.delete_conversation("fresh"))
+    assert (await call(ctx.save_state())).messages == []
+    again = ConversationState.model_validate_json(state.model_dump_json())
+    assert again.view == state.view
+
+
 def _build(store: MemoryStore, cid: str, n_messages: int) -> None:
     msgs = conversation(n_messages // 2, seed=11, words=(20, 60))
     store.extend(cid, msgs[:n_messages])
