@@ -13,7 +13,6 @@ import contextvars
 import functools
 import inspect
 import math
-import os
 import uuid
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
@@ -139,15 +138,18 @@ def schema_needs_write(conn: Connection, mode: MigrateMode) -> bool:
 
 
 def check_database_exists(url: Any, mode: MigrateMode) -> None:
-    """``migrate="check"``/``"off"`` never create a SQLite file: a missing one is an error."""
-    if mode not in ("check", "off") or url.get_backend_name() != "sqlite":
+    """Check a SQLite file path before connecting (SQLite's own error names no path).
+
+    ``migrate="check"``/``"off"`` never create a SQLite file: a missing one is
+    :class:`DatabaseNotFoundError`. In every mode a path that is a directory, or (in a
+    mode that creates the file) one whose directory does not exist, is a
+    :class:`~memstore.errors.ConfigurationError` naming it.
+    """
+    if url.get_backend_name() != "sqlite":
         return
-    database = url.database
-    if database in (None, "", ":memory:") or url.query.get("uri") or database.startswith(
-            "file:"):
-        return
-    if not os.path.exists(database):
-        raise DatabaseNotFoundError(database)
+    read_only = mode in ("check", "off")
+    if migrate._missing_sqlite_file(url, create=not read_only) and read_only:
+        raise DatabaseNotFoundError(url.database)
 
 
 def ensure_schema(conn: Connection, mode: MigrateMode) -> None:

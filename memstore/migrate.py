@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TextIO
 
 from sqlalchemy import Connection, Engine, column, inspect, select, table, text
+from sqlalchemy.engine import URL
 
 from memstore._engine import make_engine, sync_url, write_options
 from memstore.errors import (
@@ -367,7 +368,7 @@ def _check_output(output: object) -> None:
         )
 
 
-def _missing_sqlite_file(bind: Bind, *, create: bool) -> bool:
+def _missing_sqlite_file(bind: Bind | URL, *, create: bool) -> bool:
     """Whether ``bind`` names a SQLite file that does not exist (so there is nothing to read).
 
     Raises :class:`ConfigurationError` when the path is a directory, or when ``create``
@@ -376,7 +377,7 @@ def _missing_sqlite_file(bind: Bind, *, create: bool) -> bool:
     """
     if isinstance(bind, Connection):
         return False
-    u = bind.url if isinstance(bind, Engine) else sync_url(bind)
+    u = bind.url if isinstance(bind, Engine) else bind if isinstance(bind, URL) else sync_url(bind)
     path = u.database
     if u.get_backend_name() != "sqlite" or not path or path == ":memory:" \
             or path.startswith("file:") or u.query.get("uri"):
@@ -446,7 +447,15 @@ def _current(conn: Connection) -> tuple[str, ...]:
     """
     if not inspect(conn).has_table(VERSION_TABLE):
         return ()
-    return tuple(conn.execute(select(_VERSION_NUM)).scalars())
+    found = tuple(conn.execute(select(_VERSION_NUM)).scalars())
+    for value in found:
+        if not isinstance(value, str) or not value:
+            raise DatabaseError(
+                f"memstore's version table {VERSION_TABLE} holds {value!r}, not a revision "
+                "id: it was edited by hand or by another tool. Leave the one revision the "
+                "tables match, then migrate"
+            )
+    return found
 
 
 def _position_at(conn: Connection) -> int:
@@ -706,6 +715,7 @@ def create_partitioned(
             "('memstore_conversations', 'memstore_messages', 'memstore_summaries')"
         )).scalar_one()
         if inspect(conn).has_table(VERSION_TABLE):
+            refuse_newer(_current(conn))  # a newer memstore's database: say so, by revision
             if not existing and not _current(conn):
                 # What a downgrade to base leaves (Alembic keeps its version table,
                 # empty): a database without memstore's tables, for the layout.

@@ -400,6 +400,21 @@ def test_a_version_table_with_several_revisions_is_refused(empty_db_url: str) ->
     assert sorted(migrate.current(empty_db_url)) == ["0001_initial", HEAD]
 
 
+@pytest.mark.parametrize(("column", "value"), [
+    ("VARCHAR(32)", "NULL"), ("VARCHAR(32)", "''"), ("INTEGER", "5")])
+def test_a_version_table_holding_no_revision_id_is_refused(empty_db_url: str, column: str,
+                                                           value: str) -> None:
+    """A version table of another shape (a NULL, an empty string, an integer) gave a raw
+    TypeError from every entry point, a store's in any mode included."""
+    _execute(empty_db_url, f"CREATE TABLE {VERSION_TABLE} (version_num {column})",
+             f"INSERT INTO {VERSION_TABLE} (version_num) VALUES ({value})")
+    for action in (migrate.current, migrate.check, migrate.upgrade,
+                   lambda url: MemoryStore(url, counter=FixedCounter(), migrate="off")):
+        with pytest.raises(DatabaseError, match="not a revision id"):
+            action(empty_db_url)
+    assert not MEMSTORE_TABLES & _tables(empty_db_url)
+
+
 def test_a_bind_that_is_not_one_is_a_configuration_error() -> None:
     for bind in (None, 5, b"sqlite://"):
         for action in (migrate.upgrade, migrate.current, migrate.check, migrate.is_current,
@@ -428,6 +443,27 @@ def test_sqlite_paths_that_cannot_be_a_database(tmp_path: Path) -> None:
         migrate.upgrade(url, "+5")
     with pytest.raises(ConfigurationError, match="PostgreSQL's"):
         migrate.create_partitioned(url)
+    assert list(tmp_path.iterdir()) == []
+
+
+async def test_stores_name_a_sqlite_path_that_cannot_be_a_database(tmp_path: Path) -> None:
+    """A store on a directory, or in a directory that does not exist, raised SQLite's
+    "unable to open database file", naming neither; migrate already named them."""
+    from memstore.aio import AsyncMemoryStore
+
+    nowhere = tmp_path / "no" / "such" / "dir.db"
+    cases = [(f"sqlite:///{tmp_path}", mode, "is a directory")
+             for mode in ("auto", "upgrade", "check", "off")]
+    cases += [(f"sqlite:///{nowhere}", mode, r"directory .* does not exist")
+              for mode in ("auto", "upgrade")]
+    for url, mode, message in cases:
+        with pytest.raises(ConfigurationError, match=message):
+            MemoryStore(url, counter=FixedCounter(), migrate=mode)  # type: ignore[arg-type]
+        store = AsyncMemoryStore(url.replace("sqlite://", "sqlite+aiosqlite://"),
+                                 counter=FixedCounter(), migrate=mode)  # type: ignore[arg-type]
+        with pytest.raises(ConfigurationError, match=message):
+            await store.setup()
+        await store.close()
     assert list(tmp_path.iterdir()) == []
 
 

@@ -26,7 +26,7 @@ from sqlalchemy.engine import Engine
 
 from memstore import _statements as q
 from memstore import migrate
-from memstore.errors import ConfigurationError
+from memstore.errors import ConfigurationError, SchemaTooNewError
 from memstore.models import Message, ToolCall
 from memstore.schema import VERSION_TABLE
 from memstore.store import MemoryStore
@@ -208,6 +208,13 @@ def test_the_layout_is_created_after_a_downgrade_to_base(postgres: Any) -> None:
         conn.execute(text(f"INSERT INTO {VERSION_TABLE} VALUES ('0001_initial')"))
     engine.dispose()
     with pytest.raises(ConfigurationError, match="already exist"):
+        migrate.create_partitioned(other, 2)
+    # A revision of a newer memstore is named as such (it was "tables already exist").
+    engine = create_engine(other)
+    with engine.begin() as conn:
+        conn.execute(text(f"UPDATE {VERSION_TABLE} SET version_num = '9999_from_the_future'"))
+    engine.dispose()
+    with pytest.raises(SchemaTooNewError, match="9999_from_the_future"):
         migrate.create_partitioned(other, 2)
 
 
