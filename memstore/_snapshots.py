@@ -93,10 +93,7 @@ def load_state(
         created = existing is None
     if created or replace:
         if not created:
-            conn.execute(q.delete_messages(cid))
-            conn.execute(q.delete_summaries(cid))
-            conn.execute(q.delete_conversation(cid))
-            conn.execute(q.insert_conversation(fresh))
+            replace_conversation(conn, cid, fresh)
         seqs = [m.seq for m in src]
     else:
         assert existing is not None
@@ -119,6 +116,20 @@ def load_state(
     return to_conversation(_ops.conversation_row(conn, cid))
 
 
+def replace_conversation(conn: Connection, cid: str, values: dict[str, Any]) -> None:
+    """Empty a locked conversation and give its row ``values`` (a replacing load).
+
+    The row is updated, not deleted and inserted again: on PostgreSQL a writer waiting
+    for its lock (an append, ``pop``, ``clear``, ``set_score``) would find a deleted row
+    and raise :class:`~memstore.errors.ConversationNotFoundError` although the
+    conversation exists throughout; with the row kept, it goes on with the replaced
+    conversation.
+    """
+    conn.execute(q.delete_messages(cid))
+    conn.execute(q.delete_summaries(cid))
+    conn.execute(q.update_conversation(cid, **{k: v for k, v in values.items() if k != "id"}))
+
+
 def create_conversation(conn: Connection, cid: str, values: dict[str, Any]) -> Row[Any] | None:
     """Insert a new conversation row (``None``), or return the row another writer made.
 
@@ -130,8 +141,8 @@ def create_conversation(conn: Connection, cid: str, values: dict[str, Any]) -> R
     ``BEGIN IMMEDIATE`` already keeps other writers out.
 
     The row found after a violation can be gone by the time it is locked (a third
-    writer replaced the conversation: deleted and inserted it again), so this tries
-    again, a few times, before the violation propagates.
+    writer deleted the conversation), so this tries again, a few times, before the
+    violation propagates.
     """
     if conn.dialect.name != "postgresql":
         conn.execute(q.insert_conversation(values))
@@ -368,10 +379,7 @@ class Loader:
         else:
             self.fresh = False
         if existing is not None and mode == "replace":
-            conn.execute(q.delete_messages(cid))
-            conn.execute(q.delete_summaries(cid))
-            conn.execute(q.delete_conversation(cid))
-            conn.execute(q.insert_conversation(fresh))
+            replace_conversation(conn, cid, fresh)
             self.replaced = True
             self.fresh = True
         self._next_seq: int | None = None

@@ -121,6 +121,58 @@ def test_loads_into_a_conversation_being_created_concurrently_do_not_conflict(
     assert errors == []
 
 
+def test_writers_waiting_on_a_replacing_load_find_the_conversation(db_url: str) -> None:
+    """A replacing load deleted the conversation row and inserted it again: on
+    PostgreSQL a writer waiting for the row's lock then found no row, and clear, pop,
+    truncate and set_score raised ConversationNotFoundError (ChatContext.clear then
+    silently did nothing) although the conversation never stopped existing."""
+    import time
+
+    from memstore import MessageNotFoundError
+
+    loader = MemoryStore(db_url, counter=FixedCounter())
+    writer = MemoryStore(db_url, counter=FixedCounter())
+    loader.extend("c", [Message.user(f"m{i}") for i in range(20)])
+    state = loader.save_state("c")
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    done = {"loads": 0, "writes": 0}
+
+    def load() -> None:
+        while not stop.is_set():
+            loader.load_state(state, "c")
+            done["loads"] += 1
+
+    def write() -> None:
+        calls = [lambda: writer.clear("c"), lambda: writer.pop("c", 0),
+                 lambda: writer.truncate("c", before_seq=2),
+                 lambda: writer.set_score("c", 5, 2.0),
+                 lambda: writer.append("c", Message.user("x"))]
+        i = 0
+        while not stop.is_set():
+            try:
+                calls[i % len(calls)]()
+                done["writes"] += 1
+            except MessageNotFoundError:
+                pass  # seq 5 cleared by the previous call and not loaded back yet
+            except BaseException as exc:
+                errors.append(exc)
+                return
+            i += 1
+
+    threads = [threading.Thread(target=load), threading.Thread(target=write)]
+    for t in threads:
+        t.start()
+    time.sleep(2)
+    stop.set()
+    for t in threads:
+        t.join()
+    loader.close()
+    writer.close()
+    assert errors == []
+    assert done["loads"] > 10 and done["writes"] > 10
+
+
 def _windows_of_own_conversation(store: Any, cid: str, who: str, rounds: int) -> str:
     """Read ``cid``'s window ``rounds`` times (appending now and then); what went wrong."""
     from memstore import UnboundedView
