@@ -21,17 +21,24 @@ inserted in chunks, so the event loop keeps running during a big ``extend``.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
-from contextlib import nullcontext
+from contextlib import asynccontextmanager, nullcontext, suppress
 from typing import Any, TextIO
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.util import greenlet_spawn
 
 from memstore import _base, _snapshots, _stateio
 from memstore._base import Durability, MessageLike, MigrateMode, Plan, Summarizer
 from memstore._cache import DEFAULT_CACHE_SIZE, CacheInfo
 from memstore._engine import apply_options, make_async_engine, read_options, turn_of, write_options
-from memstore.errors import ConnectionLostError, ConversationNotFoundError, translate_db_errors
+from memstore.errors import (
+    ConfigurationError,
+    ConnectionLostError,
+    ConversationNotFoundError,
+    translate_db_errors,
+)
 from memstore.migrate import amigration_turn
 from memstore.models import (
     ContextWindow,
@@ -103,6 +110,11 @@ class AsyncMemoryStore:
         # An in-memory database's one connection: calls take turns on it (tasks).
         self._turn: Any = (_TaskTurn() if turn_of(self._engine.sync_engine) is not None
                            else nullcontext())
+        # The event loop the store's locks and pooled connections belong to, and the
+        # calls running on it (see _on_this_loop).
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._active = 0
+        self._loop_guard = threading.Lock()
 
     @property
     def engine(self) -> AsyncEngine:
@@ -126,6 +138,60 @@ class AsyncMemoryStore:
         """Statistics of the row cache: rows served from it, rows read, size."""
         return self._plan.cache_info()
 
+    @asynccontextmanager
+    async def _on_this_loop(self) -> AsyncIterator[None]:
+        """Run one call on the running event loop, moving the store to it if it is new.
+
+        asyncio locks and SQLAlchemy's async pool belong to the loop that first used
+        them: a store used from a second loop (``asyncio.run`` twice, pytest's loop per
+        test) failed with a raw ``RuntimeError`` as soon as two calls contended. When no
+        call is running on the previous loop, the store moves: new locks, and a new pool
+        (the previous loop's connections are closed). Two loops at once (threads each
+        running one) is a :class:`ConfigurationError`: open one store per loop.
+        """
+        loop = asyncio.get_running_loop()
+        moved = None
+        with self._loop_guard:
+            if self._loop is not loop:
+                if self._active:
+                    raise ConfigurationError(
+                        "this AsyncMemoryStore is in use on another event loop (another "
+                        "thread's); an async store serves one event loop at a time: open "
+                        "one store per loop"
+                    )
+                if self._loop is not None:
+                    moved = self._move_to_this_loop()
+                self._loop = loop
+            self._active += 1
+        try:
+            if moved is not None:
+                await moved
+            yield
+        finally:
+            with self._loop_guard:
+                self._active -= 1
+
+    def _move_to_this_loop(self) -> Any:
+        """Renew the loop-bound parts now; the coroutine that closes the old pool's connections.
+
+        The new pool is in place before any other call on the new loop can check a
+        connection out. An in-memory database keeps its pool: its one connection is the
+        database.
+        """
+        self._ready_lock = asyncio.Lock()
+        if isinstance(self._turn, _TaskTurn):
+            self._turn = _TaskTurn()
+            return None
+        sync_engine = self._engine.sync_engine
+        old = sync_engine.pool
+        sync_engine.pool = old.recreate()
+
+        async def close_old() -> None:
+            with suppress(Exception):  # the previous loop's connections: best effort
+                await greenlet_spawn(old.dispose)
+
+        return close_old()
+
     async def setup(self) -> None:
         """Apply the ``migrate`` policy now (otherwise done on first use).
 
@@ -133,6 +199,10 @@ class AsyncMemoryStore:
             SchemaOutOfDateError: the server schema is behind memstore's head.
         """
         _base.refuse_closed(self._closed)
+        async with self._on_this_loop():
+            await self._setup_here()
+
+    async def _setup_here(self) -> None:
         if self._ready:
             return
         async with self._ready_lock:
@@ -158,7 +228,11 @@ class AsyncMemoryStore:
 
     async def _execute(self, plan: Plan) -> Any:
         _base.refuse_call(self._closed)
-        await self.setup()
+        async with self._on_this_loop():
+            return await self._execute_here(plan)
+
+    async def _execute_here(self, plan: Plan) -> Any:
+        await self._setup_here()
         prepared = None
         if plan.prepare is not None:
             if plan.prepare_items > THREAD_PREPARE_THRESHOLD:
@@ -351,7 +425,19 @@ class AsyncMemoryStore:
         summaries: list[Summary] | None = None,
     ) -> AsyncGenerator[tuple[Conversation | None, list[StoredMessage]], None]:
         _base.refuse_call(self._closed)
-        await self.setup()
+        inner = self._stream_here(cid, start, stop, size, summaries)
+        async with self._on_this_loop():  # the whole stream: it holds a connection
+            try:
+                async for item in inner:
+                    yield item
+            finally:
+                await inner.aclose()
+
+    async def _stream_here(
+        self, cid: str, start: int | None, stop: int | None, size: int,
+        summaries: list[Summary] | None,
+    ) -> AsyncGenerator[tuple[Conversation | None, list[StoredMessage]], None]:
+        await self._setup_here()
         pager = _base.Pager(size, _base.snapshot_pages(self._engine.url))
         conn: AsyncConnection | None = None
         turn = self._turn
@@ -420,17 +506,8 @@ class AsyncMemoryStore:
         _base.refuse_call(self._closed)
         await self.setup()
         if _stateio.is_file(state):
-            head, messages = _stateio.read_state(state)  # type: ignore[arg-type]
-            cid = _base.stream_target(conversation_id, head)
-            recounter = _snapshots.Recounter(self._plan.counter)
-            with translate_db_errors():
-                async with self._turn, self._engine.connect() as conn:
-                    await conn.execution_options(**write_options())
-                    async with conn.begin():
-                        conversation, written = await conn.run_sync(
-                            _snapshots.load_stream, head, messages, cid, bool(replace), recounter)
-            return LoadReport(conversation=conversation, messages=written, written=written,
-                              recounted=recounter.recounted)
+            async with self._on_this_loop():
+                return await self._restore_file(state, conversation_id, replace)
         if isinstance(state, ConversationState):
             plan, recounter, count = _base.restore_plan(
                 self._plan, state, conversation_id, replace)
@@ -439,6 +516,20 @@ class AsyncMemoryStore:
                 _base.restore_plan, self._plan, state, conversation_id, replace)
         conversation = await self._execute(plan)
         return LoadReport(conversation=conversation, messages=count, written=count,
+                          recounted=recounter.recounted)
+
+    async def _restore_file(self, state: Any, conversation_id: str | None,
+                            replace: bool) -> LoadReport:
+        head, messages = _stateio.read_state(state)
+        cid = _base.stream_target(conversation_id, head)
+        recounter = _snapshots.Recounter(self._plan.counter)
+        with translate_db_errors():
+            async with self._turn, self._engine.connect() as conn:
+                await conn.execution_options(**write_options())
+                async with conn.begin():
+                    conversation, written = await conn.run_sync(
+                        _snapshots.load_stream, head, messages, cid, bool(replace), recounter)
+        return LoadReport(conversation=conversation, messages=written, written=written,
                           recounted=recounter.recounted)
 
     # ---- summaries ------------------------------------------------------------------

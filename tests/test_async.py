@@ -269,3 +269,53 @@ async def test_a_cancelled_sqlite_write_does_not_leave_the_database_locked(tmp_p
     assert cancelled, "no write was cancelled mid-way: the test proved nothing"
     assert locked == 0, f"{locked} of {len(cancelled)} cancelled writes left the lock held"
     await store.close()
+
+
+def test_a_store_moves_to_a_new_event_loop_and_refuses_two_at_once(db_url: str) -> None:
+    """asyncio locks and SQLAlchemy's async pool belong to the loop that first used
+    them: a store used again from ``asyncio.run`` (or pytest's loop per test) raised a
+    raw RuntimeError ("bound to a different event loop") as soon as calls contended.
+    The store now moves to the new loop when none of its calls runs on the old one,
+    and names the problem when two loops use it at once."""
+    _moves_between_loops(AsyncMemoryStore(db_url, counter=FixedCounter(), pool_size=2,
+                                          max_overflow=0))
+
+
+def test_an_in_memory_store_moves_to_a_new_event_loop_with_its_data() -> None:
+    _moves_between_loops(AsyncMemoryStore("sqlite://", counter=FixedCounter()))
+
+
+def _moves_between_loops(store: AsyncMemoryStore) -> None:
+    from memstore.errors import ConfigurationError
+    from memstore.views import BufferedView
+
+    async def contend(tag: str) -> list[str]:
+        await asyncio.gather(*(store.append(tag, Message.user(f"{tag}{i}")) for i in range(10)))
+        async for _ in store.iter_messages(tag, page_size=3):
+            await store.count_tokens(tag)  # a call while the stream holds its connection
+        window = await store.window(tag, BufferedView(20))
+        return sorted(m.text for m in window.messages)
+
+    for run in range(3):
+        assert asyncio.run(contend(f"r{run}")) == sorted(f"r{run}{i}" for i in range(10))
+
+    # Two loops at once: the second is refused while the first has a call running.
+    started, release = threading.Event(), threading.Event()
+
+    async def hold() -> None:
+        async for _ in store.iter_messages("r0", page_size=1):
+            started.set()
+            await asyncio.to_thread(release.wait, 30)
+            break
+
+    holder = threading.Thread(target=asyncio.run, args=(hold(),))
+    holder.start()
+    assert started.wait(30)
+    try:
+        with pytest.raises(ConfigurationError, match="one event loop at a time"):
+            asyncio.run(store.append("r0", Message.user("late")))
+    finally:
+        release.set()
+        holder.join(30)
+    assert asyncio.run(contend("after")) == sorted(f"after{i}" for i in range(10))
+    asyncio.run(store.close())
