@@ -862,29 +862,34 @@ class Pager:
     """The keyset paging of a stream, shared by both stores (no I/O).
 
     ``after`` is the seq the next page starts after (``None``: the first page). When
-    pages are separate reads (no held snapshot), the first page's header fixes how
-    many messages the stream returns, so rows appended meanwhile are not returned.
+    pages are separate reads (no held snapshot: an in-memory database), the first
+    page's header fixes the newest seq the stream returns, so messages appended
+    meanwhile are not returned. (Without a snapshot, a message that ``pop`` removed
+    meanwhile and an append replaced under the same seq is returned as it is now.)
     """
 
     def __init__(self, size: int, snapshot: bool) -> None:
         self.size = size
         self.snapshot = snapshot
         self.after: int | None = None
-        self._limit: int | None = None  # messages the header announced (separate reads)
+        self._last: int | None = None  # the header's newest seq (separate reads)
 
-    def take(self, head: Conversation | None,
-             page: list[StoredMessage]) -> tuple[list[StoredMessage], bool]:
-        """The part of a page read to return, and whether another page follows."""
+    def take(self, page: list[StoredMessage],
+             last_seq: int | None) -> tuple[list[StoredMessage], bool]:
+        """The part of a page read to return, and whether another page follows.
+
+        ``last_seq``: the newest seq the first page's header read (``None`` later).
+        """
         full = len(page) == self.size
-        if head is not None and not self.snapshot:
-            self._limit = head.message_count
-        if self._limit is not None:
-            page = page[:self._limit]
-            self._limit -= len(page)
-        more = full and self._limit != 0
-        if more:
+        if last_seq is not None and not self.snapshot:
+            self._last = last_seq
+        last = self._last
+        if last is not None and page and page[-1].seq >= last:
+            page = [m for m in page if m.seq <= last]
+            full = False
+        if full:
             self.after = page[-1].seq
-        return page, more
+        return page, full
 
 
 def restore_plan(

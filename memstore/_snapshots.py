@@ -196,26 +196,28 @@ def write_state_summaries(conn: Connection, cid: str, summaries: Sequence[Summar
 def read_page(
     conn: Connection, cid: str, start: int | None, stop: int | None, after: int | None,
     limit: int, summaries: list[Summary] | None = None,
-) -> tuple[Conversation | None, list[StoredMessage]]:
+) -> tuple[Conversation | None, list[StoredMessage], int | None]:
     """One keyset page: up to ``limit`` messages with ``seq > after`` in ``[start, stop)``.
 
     The first page (``after is None``) also reads the conversation (raising
-    ConversationNotFoundError when there is none) and returns it; later pages return
-    ``None`` in its place. Each page is one indexed range read on
+    ConversationNotFoundError when there is none) and returns it with its newest seq;
+    later pages return ``None`` for both. Each page is one indexed range read on
     ``(conversation_id, seq)``: cost and memory grow with ``limit``, not the history.
     With ``summaries`` given, the first page also reads the conversation's summaries
     into it (same snapshot as the header).
     """
     conversation = None
+    last_seq = None
     if after is None:
-        conversation = to_conversation(_ops.conversation_row(conn, cid))
+        row = _ops.conversation_row(conn, cid)
+        conversation, last_seq = to_conversation(row), int(row.last_seq)
         if summaries is not None:
             summaries.extend(_ops.list_summaries(conn, cid))
         low = start
     else:
         low = after + 1 if start is None else max(after + 1, start)
     stmt = q.messages_range(cid, start=low, stop=stop, limit=limit)
-    return conversation, [to_stored(r) for r in conn.execute(stmt)]
+    return conversation, [to_stored(r) for r in conn.execute(stmt)], last_seq
 
 
 class Recounter:

@@ -440,32 +440,32 @@ class AsyncMemoryStore:
         await self._setup_here()
         pager = _base.Pager(size, _base.snapshot_pages(self._engine.url))
         conn: AsyncConnection | None = None
-        turn = self._turn
-        await turn.__aenter__()  # held while the stream is read (released when it ends)
         try:
             while True:
-                with translate_db_errors():
-                    if conn is None:
-                        conn = await self._engine.connect()
-                        await conn.run_sync(
-                            apply_options, read_options(self._engine.dialect.name, snapshot=True))
-                        await conn.begin()
-                    head, page = await conn.run_sync(
-                        _snapshots.read_page, cid, start, stop, pager.after, size,
-                        summaries if pager.after is None else None)
-                    if not pager.snapshot:
-                        await conn.close()
-                        conn = None
-                page, more = pager.take(head, page)
+                # The turn of an in-memory database (the only one without a held
+                # snapshot) is taken per page: held across a yield, it blocked every
+                # other task (``gather``, a task group, ``wait_for`` on 3.11) until the
+                # stream ended.
+                async with self._turn:
+                    with translate_db_errors():
+                        if conn is None:
+                            conn = await self._engine.connect()
+                            await conn.run_sync(apply_options, read_options(
+                                self._engine.dialect.name, snapshot=True))
+                            await conn.begin()
+                        head, page, last_seq = await conn.run_sync(
+                            _snapshots.read_page, cid, start, stop, pager.after, size,
+                            summaries if pager.after is None else None)
+                        if not pager.snapshot:
+                            await conn.close()
+                            conn = None
+                page, more = pager.take(page, last_seq)
                 yield head, page
                 if not more:
                     return
         finally:
-            try:
-                if conn is not None:
-                    await conn.close()
-            finally:
-                await turn.__aexit__(None, None, None)
+            if conn is not None:
+                await conn.close()
 
     async def dump_state(
         self, conversation_id: str, fp: TextIO, *, view: ContextView | None = None,

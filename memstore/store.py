@@ -444,30 +444,29 @@ class MemoryStore:
         _base.refuse_call(self._closed)
         pager = _base.Pager(size, _base.snapshot_pages(self._engine.url))
         conn: Connection | None = None
-        turn = self._turn
-        turn.__enter__()  # held while the stream is read (released when it ends)
         try:
             while True:
-                with translate_db_errors():
+                # The turn of an in-memory database (the only one without a held
+                # snapshot) is taken per page: held across a yield, it was released by
+                # whichever thread resumed the iterator last, and blocked every other.
+                with self._turn, translate_db_errors():
                     if conn is None:
                         conn = self._engine.connect()
                         apply_options(conn, read_options(conn.dialect.name, snapshot=True))
                         conn.begin()
-                    head, page = _snapshots.read_page(conn, cid, start, stop, pager.after, size,
-                                                summaries if pager.after is None else None)
+                    head, page, last_seq = _snapshots.read_page(
+                        conn, cid, start, stop, pager.after, size,
+                        summaries if pager.after is None else None)
                     if not pager.snapshot:
                         conn.close()
                         conn = None
-                page, more = pager.take(head, page)
+                page, more = pager.take(page, last_seq)
                 yield head, page
                 if not more:
                     return
         finally:
-            try:
-                if conn is not None:
-                    conn.close()
-            finally:
-                turn.__exit__(None, None, None)
+            if conn is not None:
+                conn.close()
 
     def dump_state(
         self, conversation_id: str, fp: TextIO, *, view: ContextView | None = None,

@@ -278,3 +278,53 @@ def test_tasks_share_an_in_memory_async_store() -> None:
         await store.close()
 
     asyncio.run(main())
+
+
+def test_an_in_memory_stream_takes_turns_per_page_and_ends_where_it_began() -> None:
+    """An in-memory database reads each page separately: its stream held the store's
+    turn across yields, so an iterator resumed by two threads (a thread pool serving a
+    streaming response) raised "cannot release un-acquired lock" and left the store
+    blocked; and it capped the stream at the conversation's message count, not its
+    newest seq, so messages appended during the loop were returned."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    store = MemoryStore("sqlite://", counter=FixedCounter())
+    store.extend("c", [Message.user(f"m{i}") for i in range(1, 9)])
+    seen = []
+    for m in store.iter_messages("c", start=4, page_size=1):
+        seen.append(m.seq)
+        store.append("c", Message.user("appended while streaming"))
+    assert seen == [4, 5, 6, 7, 8]
+
+    iterator = store.iter_messages("c", page_size=2)
+    with ThreadPoolExecutor(2) as pool:  # next() on alternating threads
+        texts = [pool.submit(next, iterator).result().text for _ in range(5)]
+        assert texts == ["m1", "m2", "m3", "m4", "m5"]
+        rest = [m.text for m in pool.submit(list, iterator).result()]
+        assert rest[:3] == ["m6", "m7", "m8"] and len(rest) == 3 + 5
+        # another thread's call goes through (it blocked forever)
+        assert pool.submit(store.count_tokens, "c").result(timeout=10) > 0
+    store.close()
+
+
+def test_an_in_memory_async_stream_lets_other_tasks_call_the_store() -> None:
+    """A paused async stream of an in-memory store held its turn: a call from another
+    task (gather, a task group, wait_for on Python 3.11) waited until the stream ended."""
+    from memstore.aio import AsyncMemoryStore
+
+    async def main() -> None:
+        store = AsyncMemoryStore("sqlite+aiosqlite://", counter=FixedCounter())
+        await store.extend("c", [Message.user(f"m{i}") for i in range(1, 7)])
+        seen = []
+        async for m in store.iter_messages("c", start=3, page_size=1):
+            seen.append(m.seq)
+            await asyncio.wait_for(asyncio.ensure_future(
+                store.append("c", Message.user("appended while streaming"))), 10)
+        assert seen == [3, 4, 5, 6]
+        stream = store.iter_messages("c", page_size=2)
+        assert (await stream.__anext__()).text == "m1"
+        assert await asyncio.wait_for(asyncio.ensure_future(store.count_tokens("c")), 10) > 0
+        await stream.aclose()
+        await store.close()
+
+    asyncio.run(main())

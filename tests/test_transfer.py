@@ -573,11 +573,11 @@ async def test_in_memory_streams_stop_at_the_count_their_header_announced(kind: 
     await call(store.close())
 
 
-def test_pager_trims_to_the_announced_count_and_stops() -> None:
+def test_pager_trims_to_the_announced_newest_seq_and_stops() -> None:
     from datetime import datetime, timezone
 
     from memstore._base import Pager
-    from memstore.models import Conversation, StoredMessage
+    from memstore.models import StoredMessage
 
     now = datetime.now(timezone.utc)
 
@@ -585,11 +585,14 @@ def test_pager_trims_to_the_announced_count_and_stops() -> None:
         return [StoredMessage(role="user", content="x", id=f"m{s}", conversation_id="c", seq=s,
                               created_at=now, token_count=1, token_counter="f") for s in seqs]
 
-    head = Conversation(id="c", created_at=now, updated_at=now, message_count=5)
     pager = Pager(3, snapshot=False)
-    got, more = pager.take(head, page(1, 2, 3))
+    got, more = pager.take(page(1, 2, 3), 5)  # the header: newest seq 5
     assert [m.seq for m in got] == [1, 2, 3] and more and pager.after == 3
-    got, more = pager.take(None, page(4, 5, 6))  # 6 was appended after the header
+    got, more = pager.take(page(4, 5, 6), None)  # 6 was appended after the header
     assert [m.seq for m in got] == [4, 5] and not more
+    # A stream starting at seq 4 of 5 messages: two to return, not five.
+    pager = Pager(1, snapshot=False)
+    assert pager.take(page(4), 5) == (page(4), True)
+    assert pager.take(page(5), None) == (page(5), False)
     pager = Pager(3, snapshot=True)  # one snapshot: no trimming, a short page ends it
-    assert pager.take(head, page(1, 2, 3))[1] and not pager.take(None, page(4, 5))[1]
+    assert pager.take(page(1, 2, 3), 5)[1] and not pager.take(page(4, 5), None)[1]
