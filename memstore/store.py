@@ -423,6 +423,11 @@ class MemoryStore:
         ``ConversationNotFoundError`` is raised by the first ``next()``. Close the
         iterator (or exhaust it) to release its connection.
 
+        An in-memory database (``sqlite://``) has one connection, which cannot hold a
+        snapshot while others write: each page is its own read there. The iteration
+        still ends at the newest message of the first page's read, but a message
+        ``pop`` removed meanwhile is returned as whatever replaced its seq.
+
         Args:
             conversation_id: the conversation.
             start: the first seq wanted (default: the oldest stored).
