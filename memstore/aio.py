@@ -115,6 +115,8 @@ class AsyncMemoryStore:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._active = 0
         self._loop_guard = threading.Lock()
+        # Whether close() released the pool (an injected engine is never disposed).
+        self._disposed = not self._owns_engine
 
     @property
     def engine(self) -> AsyncEngine:
@@ -170,6 +172,11 @@ class AsyncMemoryStore:
         finally:
             with self._loop_guard:
                 self._active -= 1
+                last = self._closed and not self._active and not self._disposed
+                if last:
+                    self._disposed = True
+            if last:  # close() came while calls ran: the last one releases the pool
+                await self._engine.dispose()
 
     def _move_to_this_loop(self) -> Any:
         """Renew the loop-bound parts now; the coroutine that closes the old pool's connections.
@@ -256,11 +263,19 @@ class AsyncMemoryStore:
         """Release the store's connections (an injected engine is left open).
 
         The store then refuses every call (:class:`~memstore.errors.StoreClosedError`);
-        closing it again does nothing.
+        closing it again does nothing. Calls already running finish, and the last of
+        them releases the connections.
         """
-        self._closed = True
-        if self._owns_engine:
+        with self._loop_guard:
+            self._closed = True
+            now = not self._active and not self._disposed
+            if now:
+                self._disposed = True
+        if now:
             await self._engine.dispose()
+        # Otherwise the last call still running disposes of the pool when it ends, so
+        # the connections it holds are closed too (they went back to a pool nobody
+        # closed, and leaked).
 
     async def __aenter__(self) -> AsyncMemoryStore:
         await self.setup()

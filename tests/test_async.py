@@ -319,3 +319,24 @@ def _moves_between_loops(store: AsyncMemoryStore) -> None:
         holder.join(30)
     assert asyncio.run(contend("after")) == sorted(f"after{i}" for i in range(10))
     asyncio.run(store.close())
+
+
+async def test_close_while_calls_run_releases_the_connections_they_hold(db_url: str) -> None:
+    """close() disposed of the pool at once: calls still running checked connections out
+    of the new pool, or returned theirs to it, and nothing ever closed them (PostgreSQL
+    backends stayed open; ResourceWarnings at exit). Now the last call running releases
+    the pool; every call after close() is refused."""
+    from memstore.errors import StoreClosedError
+
+    store = AsyncMemoryStore(db_url, counter=FixedCounter(), pool_size=2, max_overflow=0)
+    await store.setup()
+    batch = [Message.user(f"m{j}") for j in range(40)]  # > 16: prepared in a thread
+    tasks = [asyncio.create_task(store.extend(f"c{i}", batch)) for i in range(20)]
+    await asyncio.sleep(0.005)
+    await store.close()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert all(isinstance(r, (list, StoreClosedError)) for r in results), results
+    pool = store.engine.pool
+    assert (pool.checkedout(), pool.checkedin()) == (0, 0)  # type: ignore[attr-defined]
+    with pytest.raises(StoreClosedError):
+        await store.append("c0", Message.user("after"))
