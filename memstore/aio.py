@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager, nullcontext, suppress
 from typing import Any, TextIO
 
@@ -108,8 +108,7 @@ class AsyncMemoryStore:
         self._ready = False
         self._ready_lock = asyncio.Lock()
         # An in-memory database's one connection: calls take turns on it (tasks).
-        self._turn: Any = (_TaskTurn() if turn_of(self._engine.sync_engine) is not None
-                           else nullcontext())
+        self._turn: Any = _task_turn_of(self._engine) or nullcontext()
         # The event loop the store's locks and pooled connections belong to, and the
         # calls running on it (see _on_this_loop).
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -187,8 +186,7 @@ class AsyncMemoryStore:
         """
         self._ready_lock = asyncio.Lock()
         if isinstance(self._turn, _TaskTurn):
-            self._turn = _TaskTurn()
-            return None
+            return None  # (the turn renews its lock itself: see _TaskTurn)
         sync_engine = self._engine.sync_engine
         old = sync_engine.pool
         sync_engine.pool = old.recreate()
@@ -428,59 +426,49 @@ class AsyncMemoryStore:
         cid, start, stop, size = _base.check_page_args(conversation_id, start, stop, page_size)
         return self._iter(cid, start, stop, size)
 
-    async def _iter(
+    def _iter(
         self, cid: str, start: int | None, stop: int | None, size: int
     ) -> AsyncIterator[StoredMessage]:
-        async for _, page in self._stream(cid, start, stop, size):
-            for message in page:
-                yield message
+        return _Messages(self._stream(cid, start, stop, size))
 
     async def _stream(
         self, cid: str, start: int | None, stop: int | None, size: int,
         summaries: list[Summary] | None = None,
     ) -> AsyncGenerator[tuple[Conversation | None, list[StoredMessage]], None]:
+        # One generator, not a chain of them: when a loop shuts down it closes every
+        # unfinished async generator at once, and a generator closing the one it wraps
+        # meanwhile fails ("coroutine ignored GeneratorExit").
         _base.refuse_call(self._closed)
-        inner = self._stream_here(cid, start, stop, size, summaries)
         async with self._on_this_loop():  # the whole stream: it holds a connection
+            await self._setup_here()
+            pager = _base.Pager(size, _base.snapshot_pages(self._engine.url))
+            conn: AsyncConnection | None = None
             try:
-                async for item in inner:
-                    yield item
+                while True:
+                    # The turn of an in-memory database (the only one without a held
+                    # snapshot) is taken per page: held across a yield, it blocked every
+                    # other task (``gather``, a task group, ``wait_for`` on 3.11) until
+                    # the stream ended.
+                    async with self._turn:
+                        with translate_db_errors():
+                            if conn is None:
+                                conn = await self._engine.connect()
+                                await conn.run_sync(apply_options, read_options(
+                                    self._engine.dialect.name, snapshot=True))
+                                await conn.begin()
+                            head, page, last_seq = await conn.run_sync(
+                                _snapshots.read_page, cid, start, stop, pager.after, size,
+                                summaries if pager.after is None else None)
+                            if not pager.snapshot:
+                                await conn.close()
+                                conn = None
+                    page, more = pager.take(page, last_seq)
+                    yield head, page
+                    if not more:
+                        return
             finally:
-                await inner.aclose()
-
-    async def _stream_here(
-        self, cid: str, start: int | None, stop: int | None, size: int,
-        summaries: list[Summary] | None,
-    ) -> AsyncGenerator[tuple[Conversation | None, list[StoredMessage]], None]:
-        await self._setup_here()
-        pager = _base.Pager(size, _base.snapshot_pages(self._engine.url))
-        conn: AsyncConnection | None = None
-        try:
-            while True:
-                # The turn of an in-memory database (the only one without a held
-                # snapshot) is taken per page: held across a yield, it blocked every
-                # other task (``gather``, a task group, ``wait_for`` on 3.11) until the
-                # stream ended.
-                async with self._turn:
-                    with translate_db_errors():
-                        if conn is None:
-                            conn = await self._engine.connect()
-                            await conn.run_sync(apply_options, read_options(
-                                self._engine.dialect.name, snapshot=True))
-                            await conn.begin()
-                        head, page, last_seq = await conn.run_sync(
-                            _snapshots.read_page, cid, start, stop, pager.after, size,
-                            summaries if pager.after is None else None)
-                        if not pager.snapshot:
-                            await conn.close()
-                            conn = None
-                page, more = pager.take(page, last_seq)
-                yield head, page
-                if not more:
-                    return
-        finally:
-            if conn is not None:
-                await conn.close()
+                if conn is not None:
+                    await conn.close()
 
     async def dump_state(
         self, conversation_id: str, fp: TextIO, *, view: ContextView | None = None,
@@ -626,15 +614,66 @@ class AsyncChatContext:
         await self._store.load_state(state, self.conversation_id, replace=True)
 
 
+class _Messages:
+    """The messages of a stream's pages, one at a time: what ``iter_messages`` returns.
+
+    A plain async iterator over the one page generator (see ``_stream``), so there is a
+    single generator to close; :meth:`aclose` closes it (and releases its connection).
+    """
+
+    def __init__(self, pages: AsyncGenerator[tuple[Conversation | None, list[StoredMessage]],
+                                             None]) -> None:
+        self._pages = pages
+        self._page: Iterator[StoredMessage] = iter(())
+
+    def __aiter__(self) -> _Messages:
+        return self
+
+    async def __anext__(self) -> StoredMessage:
+        while True:
+            message = next(self._page, None)
+            if message is not None:
+                return message
+            _, page = await self._pages.__anext__()  # StopAsyncIteration ends it
+            self._page = iter(page)
+
+    async def aclose(self) -> None:
+        """Stop early: release the stream's connection now."""
+        await self._pages.aclose()
+
+
+def _task_turn_of(engine: AsyncEngine) -> _TaskTurn | None:
+    """The turn tasks take on ``engine``'s one shared connection (in-memory SQLite), or ``None``.
+
+    One per engine, like :func:`memstore._engine.turn_of`: every async store on an
+    injected in-memory engine shares it (a turn per store let two stores interleave
+    their transactions on the one connection).
+    """
+    sync_engine = engine.sync_engine
+    if turn_of(sync_engine) is None:
+        return None
+    with _TASK_TURNS_GUARD:
+        turn: _TaskTurn | None = getattr(sync_engine, "_memstore_task_turn", None)
+        if turn is None:
+            turn = _TaskTurn()
+            sync_engine._memstore_task_turn = turn  # type: ignore[attr-defined]
+    return turn
+
+
+_TASK_TURNS_GUARD = threading.Lock()
+
+
 class _TaskTurn:
     """An asyncio lock that the task holding it may take again (re-entrant per task).
 
     The turn on an in-memory database's one connection: tasks wait for each other,
-    while a task reading a stream may still call the store.
+    while a task reading a stream may still call the store. Its asyncio lock belongs to
+    one event loop; taken on another while free, it is replaced by one of that loop.
     """
 
     def __init__(self) -> None:
         self._lock = asyncio.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._owner: asyncio.Task[Any] | None = None
         self._depth = 0
 
@@ -643,6 +682,9 @@ class _TaskTurn:
         if task is not None and task is self._owner:
             self._depth += 1
             return
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop and not self._lock.locked():
+            self._lock, self._loop = asyncio.Lock(), loop
         await self._lock.acquire()
         self._owner, self._depth = task, 1
 

@@ -328,3 +328,26 @@ def test_an_in_memory_async_stream_lets_other_tasks_call_the_store() -> None:
         await store.close()
 
     asyncio.run(main())
+
+
+def test_async_stores_sharing_an_injected_in_memory_engine_take_turns() -> None:
+    """Each async store had its own turn: two stores on one in-memory engine interleaved
+    their transactions on its one connection (calls failed, and the writes of calls that
+    failed were committed by the other store's COMMIT)."""
+    from memstore._engine import make_async_engine
+    from memstore.aio import AsyncMemoryStore
+
+    async def main() -> None:
+        engine = make_async_engine("sqlite+aiosqlite://")
+        stores = [AsyncMemoryStore(engine=engine, counter=FixedCounter()) for _ in range(2)]
+        results = await asyncio.gather(*(
+            stores[i % 2].extend("c", [Message.user(f"{i}a"), Message.user(f"{i}b")])
+            for i in range(200)), return_exceptions=True)
+        assert [r for r in results if isinstance(r, BaseException)] == []
+        stored = await stores[0].messages("c")
+        assert [m.seq for m in stored] == list(range(1, 401))
+        for store in stores:
+            await store.close()
+        await engine.dispose()
+
+    asyncio.run(main())
