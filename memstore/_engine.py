@@ -277,6 +277,10 @@ def install_sqlite_hooks(
         immediate = conn.get_execution_options().get(_WRITE, False)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
+    if not memory:
+        # Connections the engine pooled before (the caller used it already) lack the
+        # setup above: close the idle ones, so every connection memstore gets has it.
+        engine.pool.dispose()
     if memory:
         # An in-memory database is one connection that every caller shares: two threads
         # (or tasks) using it at once interleave their transactions (a write

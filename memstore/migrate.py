@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Literal, TextIO
 from sqlalchemy import Connection, Engine, column, inspect, select, table, text
 from sqlalchemy.engine import URL
 
-from memstore._engine import make_engine, sync_url, write_options
+from memstore._engine import install_sqlite_hooks, make_engine, sync_url, write_options
 from memstore.errors import (
     ConfigurationError,
     DatabaseError,
@@ -404,7 +404,14 @@ def _connection(bind: Bind, *, write: bool) -> Iterator[Connection]:
                 _take_lock(bind)
             yield bind
         return
-    engine = make_engine(bind) if isinstance(bind, str) else bind
+    if isinstance(bind, str):
+        engine = make_engine(bind)
+    else:
+        # A caller's SQLite engine gets memstore's connection setup, as a store's does:
+        # without it pysqlite commits each DDL statement on its own (a failed upgrade
+        # left half a schema, unstamped) and no BEGIN IMMEDIATE orders migrators.
+        install_sqlite_hooks(bind)
+        engine = bind
     try:
         with translate_db_errors(), engine.connect() as conn:
             if write:

@@ -415,6 +415,28 @@ def test_a_version_table_holding_no_revision_id_is_refused(empty_db_url: str, co
     assert not MEMSTORE_TABLES & _tables(empty_db_url)
 
 
+def test_upgrade_through_a_callers_sqlite_engine_is_one_transaction(tmp_path: Path) -> None:
+    """``migrate.upgrade(create_engine("sqlite:///..."))``, as the docs show it: pysqlite
+    committed each DDL statement on its own, so a failed upgrade left half a schema
+    behind, unstamped (and every later upgrade failed), and engines of several processes
+    were not ordered by BEGIN IMMEDIATE. The engine gets memstore's SQLite setup."""
+    url = f"sqlite:///{tmp_path / 'app.db'}"
+    engine = create_engine(url)
+    with engine.begin() as conn:  # the caller's table, named like one of memstore's
+        conn.execute(text("CREATE TABLE memstore_summaries (x INTEGER)"))
+    with pytest.raises(DatabaseError, match="already exists"):
+        migrate.upgrade(engine)
+    assert _tables(url) == {"memstore_summaries"} and migrate.current(engine) == ()
+    with engine.begin() as conn:
+        conn.execute(text("DROP TABLE memstore_summaries"))
+    migrate.upgrade(engine)
+    with MemoryStore(engine=engine, counter=FixedCounter(), migrate="check") as store:
+        store.append("c", Message.user("hi"))
+    with engine.connect() as conn:  # the connection the store used has memstore's setup
+        assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+    engine.dispose()
+
+
 def test_a_bind_that_is_not_one_is_a_configuration_error() -> None:
     for bind in (None, 5, b"sqlite://"):
         for action in (migrate.upgrade, migrate.current, migrate.check, migrate.is_current,
