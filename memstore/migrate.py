@@ -585,10 +585,36 @@ def downgrade(
         at = _position_at(conn)
         position = target.resolve(at)
         if position < at:
+            _refuse_partial_partitioned_downgrade(conn, position)
             from alembic import command
 
             command.downgrade(_config(conn), _name(position))
     return None
+
+
+def _refuse_partial_partitioned_downgrade(conn: Connection, position: int) -> None:
+    """On the partitioned layout, refuse a downgrade that drops a table but not all of them.
+
+    Upgrading again would create that table unpartitioned (the revisions create plain
+    tables), breaking the layout's one-partition property without any error. A downgrade
+    to base is fine: the layout is then created again with :func:`create_partitioned`.
+    """
+    if conn.dialect.name != "postgresql" or position == 0:
+        return
+    summaries_from = REVISIONS.index("0003_summaries") + 1
+    if position >= summaries_from:
+        return
+    partitioned = conn.execute(text(
+        "SELECT count(*) FROM pg_catalog.pg_partitioned_table p JOIN pg_catalog.pg_class c "
+        "ON c.oid = p.partrelid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = current_schema() AND c.relname = 'memstore_conversations'"
+    )).scalar_one()
+    if partitioned:
+        raise ConfigurationError(
+            f"this database has the partitioned layout: a downgrade to {_name(position)} "
+            "drops memstore_summaries, and an upgrade would create it again unpartitioned. "
+            "Downgrade to base (then create_partitioned), or to 0003_summaries or later"
+        )
 
 
 def _offline(bind: Bind, revision: str, direction: str, output: TextIO | None) -> str | None:

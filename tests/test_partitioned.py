@@ -218,6 +218,28 @@ def test_the_layout_is_created_after_a_downgrade_to_base(postgres: Any) -> None:
         migrate.create_partitioned(other, 2)
 
 
+def test_a_downgrade_that_would_leave_the_layout_half_plain_is_refused(postgres: Any) -> None:
+    """Downgrading the partitioned layout below 0003 dropped memstore_summaries, and the
+    next upgrade created it unpartitioned while `db check` passed."""
+    url = postgres.create_database("memstore_part_down")
+    migrate.create_partitioned(url, 2)
+    for target in ("0002_conversation_epoch", "0001_initial", "-2"):
+        with pytest.raises(ConfigurationError, match="partitioned layout"):
+            migrate.downgrade(url, target)
+    assert migrate.is_current(url)
+    migrate.downgrade(url, "0003_summaries")  # keeps every table: allowed
+    migrate.upgrade(url)
+    migrate.downgrade(url, "base")  # drops every table: allowed
+    migrate.create_partitioned(url, 2)
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        kinds = dict(conn.execute(text(
+            "SELECT relname, relkind FROM pg_class WHERE relname IN "
+            "('memstore_conversations', 'memstore_messages', 'memstore_summaries')")).all())
+    engine.dispose()
+    assert set(kinds.values()) == {"p"}
+
+
 def test_cli_prints_the_ddl_for_a_dba() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "memstore", "db", "create-partitioned", "--partitions", "4",
