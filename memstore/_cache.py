@@ -40,8 +40,9 @@ them under one short lock.
 
 **Admission.** While the cache has room, every window's rows are kept. Once it is
 full, a conversation that is not cached gets in only when this store used it lately:
-a write through the store (``append``, ``extend``) or an earlier window among the
-last ``max(64, conversations cached)`` conversations used. An agent appends and reads
+a write through the store (``append``, ``extend``) or an earlier window that was
+turned away, among the last ``max(64, conversations cached)`` conversations turned away
+(an evicted conversation starts over: its next window is turned away). An agent appends and reads
 the same conversation again and again, so its rows get in at once. A service reading
 thousands of conversations in no particular order would otherwise evict, on every
 window, rows that were about to be used for rows that will not be read again; that

@@ -130,6 +130,9 @@ class SQLHistory(SourceBase):
             entry = None
         # Seq -> decoded row. Shared with the cache (never mutated) until this window
         # decodes a row of its own; then it is copied once.
+        # The rows the cache held (a hit is a row served from these, not one this
+        # window decoded and served again).
+        self._from_cache: dict[int, StoredMessage] = entry.rows if entry is not None else {}
         self._known: dict[int, StoredMessage] = entry.rows if entry is not None else {}
         # The newest seq in ``_known``, kept up to date row by row for the cache entry
         # (a max over every cached row at each put would cost as much as the window).
@@ -278,7 +281,10 @@ class SQLHistory(SourceBase):
             take = self._take
             out = [take(seq) for seq in seqs]
         self.rows_read += len(out)
-        self.rows_cached += len(out) - (self._decoded - decoded_before)
+        if known is self._from_cache:  # nothing decoded before: known rows are the cache's
+            self.rows_cached += len(out) - (self._decoded - decoded_before)
+        elif self._from_cache:
+            self.rows_cached += sum(map(self._from_cache.__contains__, seqs))
         return out
 
     def stream_newest_first(self, before: int, floor: int, first_page: int,
@@ -294,7 +300,7 @@ class SQLHistory(SourceBase):
         before = min(before, self._last + 1)
         floor = max(floor, self._first)
         page = max(1, first_page)
-        raw, dialect, cid = self._raw, self._decode, self._cid
+        raw, dialect, cid, from_cache = self._raw, self._decode, self._cid, self._from_cache
         if before - 1 in raw:  # the first page came with the first statement (PostgreSQL)
             page = min(page * 2, max(page, max_page))
         seq = before - 1
@@ -313,7 +319,7 @@ class SQLHistory(SourceBase):
                     page = min(page * 2, max(page, max_page))
                 message = decode_raw(raw.pop(seq), dialect, cid)
                 self._add(message)
-            else:
+            elif known is from_cache or seq in from_cache:  # not decoded by this window
                 self.rows_cached += 1
             self.rows_read += 1
             yield message
@@ -352,7 +358,7 @@ class SQLHistory(SourceBase):
         """Store the rows this window decoded in the cache (a no-op without one)."""
         if self._cache is None:
             return
-        self._cache.record(self.rows_cached, self.rows_read - self.rows_cached)
+        self._cache.record(self.rows_cached, self._decoded)
         if self._decoded:
             self._cache.put(self._cid, self._epoch, self._known, self._newest_known)
 

@@ -82,6 +82,24 @@ def test_a_warm_window_reads_only_the_new_rows(pair: tuple[MemoryStore, MemorySt
     assert cached.cache_info().misses == info.misses + 2  # just the two new rows
 
 
+def test_hits_count_only_rows_the_cache_held(pair: tuple[MemoryStore, MemoryStore]) -> None:
+    """Rows a window decoded itself and served again (its anchored rows, the head and
+    tail of HeadAndTailView overlapping) were counted as hits of an empty cache."""
+    cached, plain = pair
+    plain.extend("c", [Message.system("s"), *[Message.user(f"u{i}") for i in range(9)]])
+    for seq in (3, 5, 7):
+        plain.pin("c", seq)
+    for view in (UnboundedView(), HeadAndTailView(4, 4)):
+        cached.clear_cache()
+        window = cached.window("c", view)
+        info = cached.cache_info()
+        assert (info.hits, info.misses) == (0, 10), view
+        assert window.report.rows_read >= 10
+        cached.window("c", view)
+        assert cached.cache_info().misses == 10  # the second window decoded nothing
+        assert 10 <= cached.cache_info().hits <= window.report.rows_read
+
+
 MUTATIONS: dict[str, Callable[[MemoryStore], Any]] = {
     "set_score": lambda s: s.set_score("c", 5, 9.0),
     "pin": lambda s: s.pin("c", 4),
