@@ -75,7 +75,9 @@ class AsyncMemoryStore:
             window re-reads from the database only what earlier windows did not
             already decode (usually just the newest messages). Cached rows are
             validated against the conversation's epoch in every read, so other
-            processes' writes are always seen. ``0`` disables the cache.
+            processes' writes are always seen. ``0`` disables the cache. The bound
+            counts messages, not bytes: the memory it takes is ``cache_size`` times
+            the size of the messages read (lower it where messages are large).
         durability: ``"full"`` (default): on SQLite every commit is fsynced
             (``synchronous=FULL``), so a call that returned survives power loss or an
             OS crash. ``"normal"``: faster commits (``synchronous=NORMAL`` in WAL
