@@ -19,6 +19,7 @@ other layout (``to_json()`` written to a file) is read whole.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterable, Iterator
 from typing import Any, TextIO
 
@@ -40,21 +41,33 @@ def is_file(value: Any) -> bool:
 
 
 def check_writable(fp: Any, what: str) -> None:
-    """Refuse an ``fp`` that is not a file object open for writing (a path, say)."""
-    if not callable(getattr(fp, "write", None)):
-        hint = " (a path: pass open(path, 'w', encoding='utf-8'))" if isinstance(fp, str) else ""
+    """Refuse an ``fp`` that is not a text file object open for writing (a path, say)."""
+    if not callable(getattr(fp, "write", None)) or _binary(fp):
+        hint = (" (a path: pass open(path, 'w', encoding='utf-8'))" if isinstance(fp, str)
+                else " (open it in text mode: 'w', not 'wb')" if _binary(fp) else "")
         raise InvalidInputError(
-            f"{what} writes to a text file object, not {type(fp).__name__}{hint}"
+            f"{what} writes to a text file object, not {_kind(fp)}{hint}"
         )
 
 
 def check_readable(fp: Any, what: str) -> None:
-    """Refuse an ``fp`` that is not a file object open for reading (a path, say)."""
-    if not callable(getattr(fp, "readline", None)):
-        hint = " (a path: pass open(path, encoding='utf-8'))" if isinstance(fp, str) else ""
+    """Refuse an ``fp`` that is not a text file object open for reading (a path, say)."""
+    if not callable(getattr(fp, "readline", None)) or _binary(fp):
+        hint = (" (a path: pass open(path, encoding='utf-8'))" if isinstance(fp, str)
+                else " (open it in text mode: 'r', not 'rb')" if _binary(fp) else "")
         raise InvalidInputError(
-            f"{what} reads a text file object, not {type(fp).__name__}{hint}"
+            f"{what} reads a text file object, not {_kind(fp)}{hint}"
         )
+
+
+def _binary(fp: Any) -> bool:
+    """A binary file object (it reads and writes bytes, not text)."""
+    return isinstance(fp, (io.RawIOBase, io.BufferedIOBase)) or "b" in str(
+        getattr(fp, "mode", ""))
+
+
+def _kind(fp: Any) -> str:
+    return "a binary file" if _binary(fp) else type(fp).__name__
 
 
 class StateWriter:
