@@ -19,6 +19,7 @@ from memstore._rows import decode_raw, driver_error, to_summary
 from memstore.errors import ConversationNotFoundError
 from memstore.history import SourceBase
 from memstore.models import StoredMessage, Summary
+from memstore.views import checked_window
 
 __all__ = ["UNTRUSTED_EPOCH", "SQLHistory", "StaleRead", "window"]
 
@@ -379,6 +380,6 @@ def window(conn: Connection, cid: str, view: Any, counter: Any,
         limit = getattr(view, "token_limit", None)
         budget = limit if isinstance(limit, int) else None
     source = SQLHistory(conn, cid, cache, budget)
-    result = view.select(source, counter)
+    result = checked_window(view, view.select(source, counter))
     source.remember()
     return result

@@ -152,7 +152,8 @@ class ContextView(abc.ABC):
             InvalidInputError: ``messages`` are not stored messages of one conversation
                 with contiguous seqs (see :class:`~memstore.history.ListHistory`).
         """
-        return self.select(ListHistory(messages), checked_counter(validate_counter(counter)))
+        return checked_window(self, self.select(ListHistory(messages),
+                                                checked_counter(validate_counter(counter))))
 
     def resolve_counter(self, default: TokenCounter) -> TokenCounter:
         """The counter this view uses: its own ``counter`` if it names one, else ``default``.
@@ -182,6 +183,20 @@ class ContextView(abc.ABC):
             else:
                 config[f.name] = cast(JsonValue, value)
         return config
+
+
+def checked_window(view: ContextView, result: object) -> ContextWindow:
+    """``result`` of ``view.select``, checked: a custom view must return a ContextWindow.
+
+    Raises:
+        ConfigurationError: it returned something else (a list of messages, ``None``).
+    """
+    if not isinstance(result, ContextWindow):
+        raise ConfigurationError(
+            f"{type(view).__name__}.select returned {type(result).__name__}, not a "
+            "ContextWindow"
+        )
+    return result
 
 
 def _json_number(value: float) -> JsonValue:

@@ -204,6 +204,27 @@ async def test_a_state_that_skipped_validation_is_validated_when_loaded(store: A
     assert [m.content for m in await call(store.messages("t"))] == ["A", "b"]
 
 
+async def test_a_custom_view_returning_no_window_is_named(store: Any) -> None:
+    """A ContextView subclass whose select returns something else (its messages, None)
+    gave a raw AttributeError somewhere later; the view is named."""
+    from dataclasses import dataclass
+
+    from memstore.errors import ConfigurationError
+    from memstore.views import ContextView, UnboundedView
+
+    @dataclass(frozen=True)
+    class ListView(ContextView):
+        def select(self, source: Any, counter: Any) -> Any:
+            return list(UnboundedView().select(source, counter).messages)
+
+    await call(store.append("c", Message.user("hi")))
+    with pytest.raises(ConfigurationError, match="ListView.select returned list"):
+        await call(store.window("c", ListView()))
+    stored = await call(store.messages("c"))
+    with pytest.raises(ConfigurationError, match="ListView.select returned list"):
+        ListView().apply(stored, store.counter)
+
+
 async def test_idempotent_append_compares_metadata_as_json(store: Any) -> None:
     """1, 1.0 and True are equal in Python but three JSON values: a re-sent id whose
     metadata differs only so is a conflict, not the stored message."""
