@@ -191,7 +191,13 @@ class MemoryStore:
         return self._execute(self._plan.get_conversation(id))  # type: ignore[no-any-return]
 
     def list_conversations(self, limit: int = 100, after: str | None = None) -> list[Conversation]:
-        """Conversations ordered by id, ``limit`` at a time, starting after id ``after``."""
+        """Conversations ordered by id, ``limit`` at a time, starting after id ``after``.
+
+        Ids compare as the database compares text: by code point on SQLite, by the
+        database's collation on PostgreSQL (``en_US`` and ICU collations order case,
+        punctuation and spaces differently). Either way, paging with ``after`` visits
+        every conversation once.
+        """
         return self._execute(self._plan.list_conversations(limit, after))  # type: ignore[no-any-return]
 
     def delete_conversation(self, id: str) -> None:
