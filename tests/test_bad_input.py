@@ -218,10 +218,10 @@ async def test_a_custom_view_returning_no_window_is_named(store: Any) -> None:
             return list(UnboundedView().select(source, counter).messages)
 
     await call(store.append("c", Message.user("hi")))
-    with pytest.raises(ConfigurationError, match="ListView.select returned list"):
+    with pytest.raises(ConfigurationError, match=r"ListView\.select returned list"):
         await call(store.window("c", ListView()))
     stored = await call(store.messages("c"))
-    with pytest.raises(ConfigurationError, match="ListView.select returned list"):
+    with pytest.raises(ConfigurationError, match=r"ListView\.select returned list"):
         ListView().apply(stored, store.counter)
 
 

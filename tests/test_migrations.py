@@ -486,7 +486,7 @@ async def test_stores_name_a_sqlite_path_that_cannot_be_a_database(tmp_path: Pat
         with pytest.raises(ConfigurationError, match=message):
             await store.setup()
         await store.close()
-    assert list(tmp_path.iterdir()) == []
+    assert not any(tmp_path.iterdir())  # noqa: ASYNC240 - a test's own temporary folder
 
 
 # ---- 0004_recount_changed_rules: counts stored by the two rules changed in place -------------
@@ -866,7 +866,7 @@ def _second_empty_db(empty_db_url: str, request: pytest.FixtureRequest, tmp_path
 
 def _at_head_with_tables(url: str) -> None:
     assert migrate.is_current(url)
-    assert MEMSTORE_TABLES <= _tables(url)
+    assert _tables(url) >= MEMSTORE_TABLES
     with MemoryStore(url, counter=FixedCounter(), migrate="check") as store:
         store.append("c", Message.user("hi"))
         assert store.get_message("c", 1).text == "hi"
@@ -884,14 +884,16 @@ def test_two_databases_migrated_at_once_by_threads(
         barrier = threading.Barrier(2)
         errors: list[BaseException] = []
 
-        def open_store(url: str) -> None:
+        def open_store(url: str, barrier: threading.Barrier, errors: list[BaseException]
+                       ) -> None:
             try:
                 barrier.wait()
                 MemoryStore(url, counter=FixedCounter(), migrate="upgrade").close()
             except BaseException as exc:  # reported below
                 errors.append(exc)
 
-        threads = [threading.Thread(target=open_store, args=(u,)) for u in urls]
+        threads = [threading.Thread(target=open_store, args=(u, barrier, errors))
+                   for u in urls]
         for t in threads:
             t.start()
         for t in threads:

@@ -245,11 +245,11 @@ def test_file_arguments_must_be_file_objects(sync_store: MemoryStore, tmp_path: 
     with pytest.raises(InvalidInputError, match=r"a path: pass open\(path, 'w'"):
         export_jsonl(sync_store, path)  # type: ignore[arg-type]
     # A binary file object (it raised a raw TypeError on the first write).
-    with pytest.raises(InvalidInputError, match="not a binary file .*text mode"):
+    with pytest.raises(InvalidInputError, match=r"not a binary file .*text mode"):
         export_jsonl(sync_store, io.BytesIO())  # type: ignore[arg-type]
-    with pytest.raises(InvalidInputError, match="not a binary file .*text mode"):
+    with pytest.raises(InvalidInputError, match=r"not a binary file .*text mode"):
         sync_store.dump_state("c", io.BytesIO())  # type: ignore[arg-type]
-    with pytest.raises(InvalidInputError, match="not a binary file .*text mode"):
+    with pytest.raises(InvalidInputError, match=r"not a binary file .*text mode"):
         import_jsonl(sync_store, io.BytesIO(_export(sync_store).encode()))  # type: ignore[arg-type]
     assert [c.id for c in sync_store.list_conversations()] == ["c"]
     assert not (tmp_path / "out.jsonl").exists()
