@@ -38,7 +38,7 @@ a conversation's length.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -62,6 +62,7 @@ __all__ = [
     "ImportResult",
     "ImportedConversation",
     "LoadReport",
+    "check_first_line",
     "conflicts_with_stored",
     "export_jsonl",
     "import_jsonl",
@@ -392,6 +393,34 @@ def _check_summary(
 #: What an import error says about ``rename`` (the CLI names its ``--as`` flag instead).
 RENAME_HINT = "pass rename= to import bare message lines into one conversation"
 RENAME_ONE = "rename imports one conversation, and the file holds more"
+
+
+def check_first_line(line: Mapping[str, Any], *, line_no: int = 1,
+                     rename: str | None = None) -> None:
+    """Check the first line of an export file as :func:`import_jsonl` will, touching nothing.
+
+    For a caller that must not open (and perhaps create and migrate) a database for a
+    wrong file, as ``memstore import`` does: a conversation header of a version this
+    memstore reads, or, with ``rename``, a bare message line.
+
+    Args:
+        line: the file's first non-blank line, parsed.
+        line_no: its 1-based line number (blank lines may come before it).
+        rename: the ``rename`` the import will be given.
+
+    Raises:
+        ImportFormatError: the line is not one an import accepts first.
+        InvalidInputError: ``rename`` is not a valid conversation id.
+    """
+    target = _base.check_conversation_id(rename) if rename is not None else None
+    first = dict(line)
+    if _is_header(first):
+        _header(line_no, first)
+    elif target is None:
+        raise ImportFormatError(
+            line_no, f"a message line before any conversation header ({RENAME_HINT})")
+    else:
+        _message(line_no, first, target, None)
 
 
 def import_jsonl(

@@ -747,10 +747,12 @@ def test_db_commands_on_sqlite_paths_that_cannot_be_a_database(tmp_path: Path,
 def test_import_stopped_by_a_database_error_lists_what_it_stored(url: str, capsys: Any,
                                                                    tmp_path: Path,
                                                                    monkeypatch: Any) -> None:
-    from memstore import DatabaseError, transfer
+    from memstore import DatabaseError, MemoryStore, Message, export_jsonl, transfer
 
     source = tmp_path / "in.jsonl"
-    source.write_text("{}\n")  # a JSON object first: the file is read (by the stub)
+    with MemoryStore("sqlite://") as other, source.open("w") as fp:
+        other.append("a", Message.user("hi"))
+        export_jsonl(other, fp)  # a valid first line: the file is read (by the stub)
 
     def fail(*args: Any, **kwargs: Any) -> Any:
         exc = DatabaseError("database error: simulated")

@@ -262,6 +262,24 @@ def test_bad_import_file_creates_no_database(tmp_path: Path, capsys: Any) -> Non
     empty.write_text("\n")
     code, out, _ = run(capsys, "import", str(empty), "--url", url)
     assert code == 0 and "no conversation" in out
+    # JSON objects that are no export's first line (docs/cli.md: "a wrong file creates and
+    # migrates nothing"; these created and migrated the database, then failed).
+    wrong = {
+        '{"role": "user", "content": "hi"}\n': ("c.jsonl:1: a message line before any "
+                                               "conversation header (pass --as CONV"),
+        '{"memstore_export": 99, "type": "conversation", "id": "x"}\n':
+            "c.jsonl:1: export format version 99 is not supported",
+        '{"memstore_export": 1, "type": "summary"}\n': "c.jsonl:1: a summary line before",
+    }
+    for text, message in wrong.items():
+        (tmp_path / "c.jsonl").write_text(text)
+        code, _, err = run(capsys, "import", str(tmp_path / "c.jsonl"), "--url", url)
+        assert code == 1 and message in one_error_line(err), err
+    code, _, err = run(capsys, "import", str(tmp_path / "c.jsonl"), "--as", "c", "--url", url)
+    assert code == 1 and "c.jsonl:1:" in one_error_line(err)
+    (tmp_path / "c.jsonl").write_text('{"role": "user", "content": "hi"}\n')
+    code, _, err = run(capsys, "import", str(tmp_path / "c.jsonl"), "--as", "c", "--url", url)
+    assert code == 1 and "c.jsonl:1: not a stored message" in one_error_line(err)
     assert not db.exists()
 
 

@@ -591,6 +591,11 @@ def import_(args: argparse.Namespace) -> int:
         if not head:
             print("the file holds no conversation")
             return 0
+        try:
+            transfer.check_first_line(json.loads(head[-1]), line_no=len(head),
+                                      rename=args.target)
+        except InvalidInputError as exc:
+            raise _file_error(exc, name) from exc
         with open_store(args, write=True, create=True) as store, \
                 out.progress_bar(f"importing {name}", None) as progress:
             try:
@@ -607,14 +612,7 @@ def import_(args: argparse.Namespace) -> int:
                                         "conversation with the file's)") from exc
                 if not isinstance(exc, (InvalidInputError, ValidationError)):
                     raise  # a database error, say
-                line = getattr(exc, "line", None)
-                where = f"{name}:{line}" if line else name
-                text = validation_summary(exc) if isinstance(exc, ValidationError) else str(exc)
-                # the library's words for its argument, the CLI's for its flag
-                text = text.replace(transfer.RENAME_HINT, _AS_HINT).replace(
-                    transfer.RENAME_ONE, _AS_ONE)
-                raise FileFormatError(f"{where}: {text.removeprefix(f'line {line}: ')}"
-                                      ) from exc
+                raise _file_error(exc, name) from exc
     finally:
         if args.file != "-":
             fp.close()
@@ -623,6 +621,17 @@ def import_(args: argparse.Namespace) -> int:
     if not result.conversations:
         print("the file holds no conversation")
     return 0
+
+
+def _file_error(exc: InvalidInputError | ValidationError, name: str) -> FileFormatError:
+    """An import's error about the file, as ``file:line: problem`` in the CLI's words."""
+    transfer = _transfer()
+    line = getattr(exc, "line", None)
+    where = f"{name}:{line}" if line else name
+    text = validation_summary(exc) if isinstance(exc, ValidationError) else str(exc)
+    # the library's words for its argument, the CLI's for its flag
+    text = text.replace(transfer.RENAME_HINT, _AS_HINT).replace(transfer.RENAME_ONE, _AS_ONE)
+    return FileFormatError(f"{where}: {text.removeprefix(f'line {line}: ')}")
 
 
 def _first_lines(fp: IO[str], name: str, path: str) -> list[str]:
