@@ -262,7 +262,8 @@ class AsyncMemoryStore:
     async def close(self) -> None:
         """Release the store's connections (an injected engine is left open).
 
-        The store then refuses every call (:class:`~memstore.errors.StoreClosedError`);
+        The store then refuses every database call
+        (:class:`~memstore.errors.StoreClosedError`; ``cache_info()`` still answers);
         closing it again does nothing. Calls already running finish, and the last of
         them releases the connections.
         """

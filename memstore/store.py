@@ -157,7 +157,8 @@ class MemoryStore:
     def close(self) -> None:
         """Release the store's connections (an injected engine is left open).
 
-        The store then refuses every call (:class:`~memstore.errors.StoreClosedError`);
+        The store then refuses every database call
+        (:class:`~memstore.errors.StoreClosedError`; ``cache_info()`` still answers);
         closing it again does nothing.
         """
         self._closed = True
@@ -227,6 +228,8 @@ class MemoryStore:
 
         Raises:
             pydantic.ValidationError: the message is invalid (nothing is written).
+            InvalidInputError: a bad conversation id, or ``message`` is neither a
+                :class:`Message` nor a message dict (nothing is written).
             ConflictError: the message id is stored with other content.
         """
         return self._execute(self._plan.append(conversation_id, message))  # type: ignore[no-any-return]
@@ -291,6 +294,10 @@ class MemoryStore:
             ConversationNotFoundError: unknown conversation.
             ContextBudgetError: anchored messages and the newest complete unit do not
                 fit a budgeted view's limit.
+            InvalidInputError: a bad conversation id, or ``view`` is not a
+                :class:`~memstore.ContextView`.
+            ConfigurationError: a custom view's ``select`` returned no
+                :class:`~memstore.ContextWindow`.
         """
         return self._execute(self._plan.window(conversation_id, view))  # type: ignore[no-any-return]
 
