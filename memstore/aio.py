@@ -115,6 +115,7 @@ class AsyncMemoryStore:
         # calls running on it (see _on_this_loop).
         self._loop: asyncio.AbstractEventLoop | None = None
         self._active = 0
+        self._generation = 0  # (counted per loop: see _on_this_loop)
         self._loop_guard = threading.Lock()
         # Whether close() released the pool (an injected engine is never disposed).
         self._disposed = not self._owns_engine
@@ -156,23 +157,30 @@ class AsyncMemoryStore:
         moved = None
         with self._loop_guard:
             if self._loop is not loop:
-                if self._active:
+                previous = self._loop
+                if self._active and previous is not None and not previous.is_closed():
                     raise ConfigurationError(
                         "this AsyncMemoryStore is in use on another event loop (another "
                         "thread's); an async store serves one event loop at a time: open "
                         "one store per loop"
                     )
-                if self._loop is not None:
+                if previous is not None:
                     moved = self._move_to_this_loop()
+                # Calls counted on a loop that is closed (a stream never closed, whose
+                # generator the loop did not finalize) can no longer run: a new count.
+                self._active = 0
+                self._generation += 1
                 self._loop = loop
             self._active += 1
+            generation = self._generation
         try:
             if moved is not None:
                 await moved
             yield
         finally:
             with self._loop_guard:
-                self._active -= 1
+                if generation == self._generation:
+                    self._active -= 1
                 last = self._closed and not self._active and not self._disposed
                 if last:
                     self._disposed = True
