@@ -106,13 +106,21 @@ DELETE_CHUNK = 10_000
 
 def delete_conversation(conn: Connection, cid: str) -> None:
     """Delete a conversation and all its messages (bounded memory, one transaction)."""
-    conv = conversation_row(conn, cid, for_update=True)
+    delete_contents(conn, cid, conversation_row(conn, cid, for_update=True))
+    conn.execute(q.delete_conversation(cid))
+
+
+def delete_contents(conn: Connection, cid: str, conv: Row[Any]) -> None:
+    """Delete every message and summary of a locked conversation (row ``conv``).
+
+    In statements of :data:`DELETE_CHUNK` messages, so memory stays bounded however long
+    the conversation is (``delete_conversation``, ``clear``, a replacing load).
+    """
     first, last = int(conv.first_seq), int(conv.last_seq)
     for start in range(first, last + 1 - DELETE_CHUNK, DELETE_CHUNK):
         conn.execute(q.delete_messages(cid, start=start, stop=start + DELETE_CHUNK))
     conn.execute(q.delete_messages(cid))  # the rest (and any row outside the live range)
     conn.execute(q.delete_summaries(cid))
-    conn.execute(q.delete_conversation(cid))
 
 
 # ---- writes ---------------------------------------------------------------------------
@@ -495,8 +503,7 @@ def clear(conn: Connection, cid: str) -> int:
     """Delete every message; the next append gets seq 1 again. Returns how many."""
     conv = conversation_row(conn, cid, for_update=True)
     count = int(conv.last_seq) - int(conv.first_seq) + 1
-    conn.execute(q.delete_messages(cid))
-    conn.execute(q.delete_summaries(cid))  # seqs restart at 1: no summary stands for them
+    delete_contents(conn, cid, conv)  # (summaries too: seqs restart at 1)
     conn.execute(q.update_conversation(
         cid, first_seq=1, last_seq=0, token_count=0, updated_at=utcnow(), epoch=q.new_epoch()
     ))

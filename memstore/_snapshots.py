@@ -92,8 +92,8 @@ def load_state(
         existing = create_conversation(conn, cid, fresh)
         created = existing is None
     if created or replace:
-        if not created:
-            replace_conversation(conn, cid, fresh)
+        if existing is not None:  # (not created: it was there, and is replaced)
+            replace_conversation(conn, cid, existing, fresh)
         seqs = [m.seq for m in src]
     else:
         assert existing is not None
@@ -116,8 +116,9 @@ def load_state(
     return to_conversation(_ops.conversation_row(conn, cid))
 
 
-def replace_conversation(conn: Connection, cid: str, values: dict[str, Any]) -> None:
-    """Empty a locked conversation and give its row ``values`` (a replacing load).
+def replace_conversation(conn: Connection, cid: str, existing: Row[Any],
+                         values: dict[str, Any]) -> None:
+    """Empty a locked conversation (row ``existing``) and give its row ``values``.
 
     The row is updated, not deleted and inserted again: on PostgreSQL a writer waiting
     for its lock (an append, ``pop``, ``clear``, ``set_score``) would find a deleted row
@@ -125,8 +126,7 @@ def replace_conversation(conn: Connection, cid: str, values: dict[str, Any]) -> 
     conversation exists throughout; with the row kept, it goes on with the replaced
     conversation.
     """
-    conn.execute(q.delete_messages(cid))
-    conn.execute(q.delete_summaries(cid))
+    _ops.delete_contents(conn, cid, existing)
     conn.execute(q.update_conversation(cid, **{k: v for k, v in values.items() if k != "id"}))
 
 
@@ -381,7 +381,7 @@ class Loader:
         else:
             self.fresh = False
         if existing is not None and mode == "replace":
-            replace_conversation(conn, cid, fresh)
+            replace_conversation(conn, cid, existing, fresh)
             self.replaced = True
             self.fresh = True
         self._next_seq: int | None = None
