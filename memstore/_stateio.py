@@ -42,32 +42,29 @@ def is_file(value: Any) -> bool:
 
 def check_writable(fp: Any, what: str) -> None:
     """Refuse an ``fp`` that is not a text file object open for writing (a path, say)."""
-    if not callable(getattr(fp, "write", None)) or _binary(fp):
-        hint = (" (a path: pass open(path, 'w', encoding='utf-8'))" if isinstance(fp, str)
-                else " (open it in text mode: 'w', not 'wb')" if _binary(fp) else "")
-        raise InvalidInputError(
-            f"{what} writes to a text file object, not {_kind(fp)}{hint}"
-        )
+    _check_text_file(fp, what, "write", "writes to", "'w', encoding='utf-8'", "'w', not 'wb'")
 
 
 def check_readable(fp: Any, what: str) -> None:
     """Refuse an ``fp`` that is not a text file object open for reading (a path, say)."""
-    if not callable(getattr(fp, "readline", None)) or _binary(fp):
-        hint = (" (a path: pass open(path, encoding='utf-8'))" if isinstance(fp, str)
-                else " (open it in text mode: 'r', not 'rb')" if _binary(fp) else "")
-        raise InvalidInputError(
-            f"{what} reads a text file object, not {_kind(fp)}{hint}"
-        )
+    _check_text_file(fp, what, "readline", "reads", "encoding='utf-8'", "'r', not 'rb'")
+
+
+def _check_text_file(fp: Any, what: str, method: str, verb: str, open_args: str,
+                     text_mode: str) -> None:
+    binary = _binary(fp)
+    if callable(getattr(fp, method, None)) and not binary:
+        return
+    hint = (f" (a path: pass open(path, {open_args}))" if isinstance(fp, str)
+            else f" (open it in text mode: {text_mode})" if binary else "")
+    kind = "a binary file" if binary else type(fp).__name__
+    raise InvalidInputError(f"{what} {verb} a text file object, not {kind}{hint}")
 
 
 def _binary(fp: Any) -> bool:
     """A binary file object (it reads and writes bytes, not text)."""
     return isinstance(fp, (io.RawIOBase, io.BufferedIOBase)) or "b" in str(
         getattr(fp, "mode", ""))
-
-
-def _kind(fp: Any) -> str:
-    return "a binary file" if _binary(fp) else type(fp).__name__
 
 
 class StateWriter:
