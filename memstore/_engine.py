@@ -277,16 +277,17 @@ def install_sqlite_hooks(
         immediate = conn.get_execution_options().get(_WRITE, False)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
-    if not memory:
-        # Connections the engine pooled before (the caller used it already) lack the
-        # setup above: close the idle ones, so every connection memstore gets has it.
-        engine.pool.dispose()
     if memory:
         # An in-memory database is one connection that every caller shares: two threads
         # (or tasks) using it at once interleave their transactions (a write
         # acknowledged, then rolled back by the other's error). The stores take turns
         # on it (:func:`turn_of`).
         setattr(engine, _TURN, threading.RLock())
+    else:
+        # Connections the engine pooled before (the caller used it already) lack the
+        # setup above: close the idle ones, so every connection memstore gets has it.
+        # (Not an in-memory one: its one connection is the database.)
+        engine.pool.dispose()
 
 
 #: The attribute holding an in-memory SQLite engine's turn lock.

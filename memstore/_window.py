@@ -129,11 +129,11 @@ class SQLHistory(SourceBase):
             assert cache is not None
             cache.discard(cid)  # rewritten since: nothing in it can be used again
             entry = None
-        # Seq -> decoded row. Shared with the cache (never mutated) until this window
-        # decodes a row of its own; then it is copied once.
         # The rows the cache held (a hit is a row served from these, not one this
         # window decoded and served again).
         self._from_cache: dict[int, StoredMessage] = entry.rows if entry is not None else {}
+        # Seq -> decoded row. Shared with the cache (never mutated) until this window
+        # decodes a row of its own; then it is copied once.
         self._known: dict[int, StoredMessage] = entry.rows if entry is not None else {}
         # The newest seq in ``_known``, kept up to date row by row for the cache entry
         # (a max over every cached row at each put would cost as much as the window).
