@@ -892,6 +892,27 @@ class Pager:
         return page, full
 
 
+def read_stream_page(
+    conn: Connection, pager: Pager, cid: str, start: int | None, stop: int | None,
+    summaries: list[Summary] | None,
+) -> tuple[Conversation | None, list[StoredMessage], bool]:
+    """The next page of a stream on ``conn``: (header or ``None``, messages, more to come).
+
+    Both stores' streams read their pages through this (the async one in ``run_sync``).
+    The first read on a connection begins its snapshot: ``REPEATABLE READ READ ONLY`` on
+    PostgreSQL, a read transaction on SQLite. With ``summaries`` given, the first page
+    also reads the conversation's summaries into that list (the header's snapshot).
+    """
+    if not conn.in_transaction():
+        apply_options(conn, read_options(conn.dialect.name, snapshot=True))
+        conn.begin()
+    head, page, last_seq = _snapshots.read_page(
+        conn, cid, start, stop, pager.after, pager.size,
+        summaries if pager.after is None else None)
+    page, more = pager.take(page, last_seq)
+    return head, page, more
+
+
 def restore_plan(
     planner: Planner, state: Any, conversation_id: Any, replace: Any
 ) -> tuple[Plan, Any, int]:

@@ -32,7 +32,7 @@ from sqlalchemy.util import greenlet_spawn
 from memstore import _base, _snapshots, _stateio
 from memstore._base import Durability, MessageLike, MigrateMode, Plan, Summarizer
 from memstore._cache import DEFAULT_CACHE_SIZE, CacheInfo
-from memstore._engine import apply_options, make_async_engine, read_options, turn_of, write_options
+from memstore._engine import make_async_engine, turn_of, write_options
 from memstore.errors import (
     ConfigurationError,
     ConnectionLostError,
@@ -464,16 +464,11 @@ class AsyncMemoryStore:
                         with translate_db_errors():
                             if conn is None:
                                 conn = await self._engine.connect()
-                                await conn.run_sync(apply_options, read_options(
-                                    self._engine.dialect.name, snapshot=True))
-                                await conn.begin()
-                            head, page, last_seq = await conn.run_sync(
-                                _snapshots.read_page, cid, start, stop, pager.after, size,
-                                summaries if pager.after is None else None)
+                            head, page, more = await conn.run_sync(
+                                _base.read_stream_page, pager, cid, start, stop, summaries)
                             if not pager.snapshot:
                                 await conn.close()
                                 conn = None
-                    page, more = pager.take(page, last_seq)
                     yield head, page
                     if not more:
                         return

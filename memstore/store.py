@@ -26,7 +26,7 @@ from sqlalchemy import Connection, Engine
 from memstore import _base, _snapshots, _stateio
 from memstore._base import Durability, MessageLike, MigrateMode, Plan, Summarizer
 from memstore._cache import DEFAULT_CACHE_SIZE, CacheInfo
-from memstore._engine import apply_options, make_engine, read_options, turn_of, write_options
+from memstore._engine import make_engine, turn_of, write_options
 from memstore.errors import ConnectionLostError, ConversationNotFoundError, translate_db_errors
 from memstore.migrate import migration_turn
 from memstore.models import (
@@ -472,15 +472,11 @@ class MemoryStore:
                 with self._turn, translate_db_errors():
                     if conn is None:
                         conn = self._engine.connect()
-                        apply_options(conn, read_options(conn.dialect.name, snapshot=True))
-                        conn.begin()
-                    head, page, last_seq = _snapshots.read_page(
-                        conn, cid, start, stop, pager.after, size,
-                        summaries if pager.after is None else None)
+                    head, page, more = _base.read_stream_page(conn, pager, cid, start, stop,
+                                                              summaries)
                     if not pager.snapshot:
                         conn.close()
                         conn = None
-                page, more = pager.take(page, last_seq)
                 yield head, page
                 if not more:
                     return
