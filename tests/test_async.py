@@ -347,7 +347,11 @@ async def test_close_while_calls_run_releases_the_connections_they_hold(db_url: 
     the pool; every call after close() is refused."""
     from memstore.errors import StoreClosedError
 
-    store = AsyncMemoryStore(db_url, counter=FixedCounter(), pool_size=2, max_overflow=0)
+    postgres = db_url.startswith("postgresql")
+    tag = f"memstore-close-{id(db_url)}"
+    extra = {"connect_args": {"application_name": tag}} if postgres else {}
+    store = AsyncMemoryStore(db_url, counter=FixedCounter(), pool_size=2, max_overflow=0,
+                             **extra)
     await store.setup()
     batch = [Message.user(f"m{j}") for j in range(40)]  # > 16: prepared in a thread
     tasks = [asyncio.create_task(store.extend(f"c{i}", batch)) for i in range(20)]
@@ -359,3 +363,12 @@ async def test_close_while_calls_run_releases_the_connections_they_hold(db_url: 
     assert (pool.checkedout(), pool.checkedin()) == (0, 0)  # type: ignore[attr-defined]
     with pytest.raises(StoreClosedError):
         await store.append("c0", Message.user("after"))
+    if postgres:  # no server session of the store's is left open (3 were)
+        from sqlalchemy import create_engine, text
+
+        admin = create_engine(sync_url(db_url))
+        with admin.connect() as conn:
+            left = conn.execute(text("SELECT count(*) FROM pg_stat_activity "
+                                     "WHERE application_name = :tag"), {"tag": tag}).scalar()
+        admin.dispose()
+        assert left == 0
