@@ -748,8 +748,9 @@ def create_partitioned(
             "('memstore_conversations', 'memstore_messages', 'memstore_summaries')"
         )).scalar_one()
         if inspect(conn).has_table(VERSION_TABLE):
-            refuse_newer(_current(conn))  # a newer memstore's database: say so, by revision
-            if not existing and not _current(conn):
+            at = _current(conn)
+            refuse_newer(at)  # a newer memstore's database: say so, by revision
+            if not existing and not at:
                 # What a downgrade to base leaves (Alembic keeps its version table,
                 # empty): a database without memstore's tables, for the layout.
                 conn.execute(text(f"DROP TABLE {VERSION_TABLE}"))
