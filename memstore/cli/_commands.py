@@ -587,13 +587,12 @@ def import_(args: argparse.Namespace) -> int:
     try:
         # The file's first line is checked before the database is opened (and perhaps
         # created and migrated): a wrong file changes nothing.
-        head = _first_lines(fp, name, args.file)
-        if not head:
+        head, first = _first_lines(fp, name, args.file)
+        if first is None:
             print("the file holds no conversation")
             return 0
         try:
-            transfer.check_first_line(json.loads(head[-1]), line_no=len(head),
-                                      rename=args.target)
+            transfer.check_first_line(first, line_no=len(head), rename=args.target)
         except InvalidInputError as exc:
             raise _file_error(exc, name) from exc
         with open_store(args, write=True, create=True) as store, \
@@ -634,11 +633,12 @@ def _file_error(exc: InvalidInputError | ValidationError, name: str) -> FileForm
     return FileFormatError(f"{where}: {text.removeprefix(f'line {line}: ')}")
 
 
-def _first_lines(fp: IO[str], name: str, path: str) -> list[str]:
-    """The lines of ``fp`` up to its first non-blank one, which must be a JSON object.
+def _first_lines(fp: IO[str], name: str,
+                 path: str) -> tuple[list[str], dict[str, Any] | None]:
+    """The lines of ``fp`` up to its first non-blank one, and that line parsed.
 
-    Empty when the file holds only blank lines. Not UTF-8 text, or not JSON, is an
-    error naming the file (and the line).
+    It must be a JSON object. ``([], None)`` when the file holds only blank lines. Not
+    UTF-8 text, or not JSON, is an error naming the file (and the line).
     """
     head: list[str] = []
     while True:
@@ -647,7 +647,7 @@ def _first_lines(fp: IO[str], name: str, path: str) -> list[str]:
         except UnicodeDecodeError as exc:
             raise not_utf8(path, exc) from None
         if not line:
-            return []
+            return [], None
         head.append(line)
         if line.strip():
             break
@@ -655,7 +655,7 @@ def _first_lines(fp: IO[str], name: str, path: str) -> list[str]:
     if not isinstance(first, dict):
         raise FileFormatError(f"{name}:{len(head)}: expected a JSON object (a memstore "
                               f"export line), got {type(first).__name__}")
-    return head
+    return head, first
 
 
 class _Replay:
