@@ -741,6 +741,12 @@ def test_db_commands_on_sqlite_paths_that_cannot_be_a_database(tmp_path: Path,
     assert code == 2 and "PostgreSQL's" in one_error_line(err)
     code, out, err = run(capsys, "db", "upgrade", "base", "--url", f"sqlite:///{tmp_path / 'b.db'}")
     assert code == 0 and "base (no memstore tables)" in out
+    # A command that creates the database says the same (the store's own check).
+    code, _, err = run(capsys, "append", "c", "user", "hi", "--url", f"sqlite:///{tmp_path}")
+    assert code == 2 and f"{str(tmp_path)!r} is a directory" in one_error_line(err)
+    code, _, err = run(capsys, "append", "c", "user", "hi", "--url",
+                       f"sqlite:///{tmp_path / 'no/x.db'}")
+    assert code == 2 and "does not exist" in one_error_line(err)
     assert list(tmp_path.iterdir()) == []  # no command above created a file
 
 

@@ -142,25 +142,6 @@ def require_database(url: str) -> None:
                             "'memstore import' or 'memstore db upgrade' create one)")
 
 
-def check_sqlite_directory(url: str) -> None:
-    """Check, before a command creates a SQLite file, that its directory exists.
-
-    (And that the path is not a directory.) SQLite's own error, "unable to open database
-    file", names neither. The same words as ``memstore db upgrade`` (:mod:`memstore.migrate`) uses.
-    """
-    u = parse_url(url)
-    path = u.database
-    if u.get_backend_name() != "sqlite" or not path or path == ":memory:" \
-            or path.startswith("file:") or u.query.get("uri"):
-        return
-    if os.path.isdir(path):
-        raise ConfigurationError(f"the SQLite database {path!r} is a directory, not a file")
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.exists(path) and not os.path.isdir(parent):
-        raise ConfigurationError(f"cannot create the SQLite database {path!r}: the directory "
-                                 f"{parent!r} does not exist")
-
-
 @contextmanager
 def open_store(args: argparse.Namespace, *, write: bool = False,
                create: bool = False) -> Iterator[MemoryStore]:
@@ -170,10 +151,10 @@ def open_store(args: argparse.Namespace, *, write: bool = False,
     writes to an existing conversation (``create=False``).
     """
     url = url_of(args)
-    if create:
-        check_sqlite_directory(url)
-    else:
+    if not create:
         require_database(url)
+    # (A file to create, on a path that is a directory or in one that does not exist, is
+    # the store's ConfigurationError naming it.)
     try:
         store = MemoryStore(url, migrate="auto" if write else "check")
     except (ArgumentError, NoSuchModuleError, ImportError) as exc:
