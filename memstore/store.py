@@ -17,6 +17,7 @@ methods built from the same plans; only the ``await`` differs.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any, TextIO
@@ -43,6 +44,16 @@ from memstore.transfer import LoadReport
 from memstore.views import ContextView
 
 __all__ = ["ChatContext", "MemoryStore"]
+
+
+def _release_at_collection(store: MemoryStore, engine: Engine) -> Callable[[], Any]:
+    """Dispose of ``engine`` when ``store`` is collected; call the result to do it now.
+
+    Calling it again, or after the collection, does nothing.
+    """
+    release = weakref.finalize(store, engine.dispose)
+    release.atexit = False
+    return release
 
 
 class MemoryStore:
@@ -98,6 +109,12 @@ class MemoryStore:
             url, engine, counter, migrate, busy_timeout, engine_options,
             cache_size=cache_size, durability=durability,
             make=make_engine, sync_engine_of=lambda e: e,
+        )
+        # A store dropped without close() releases its engine's connections when it is
+        # collected, as a file closes itself (Python 3.13 warns of every sqlite3
+        # connection collected unclosed). Not at exit: threads may still be using it.
+        self._release: Callable[[], Any] = (
+            _release_at_collection(self, self._engine) if self._owns_engine else lambda: None
         )
         # An in-memory database's one connection: calls take turns on it (threads).
         self._turn: Any = turn_of(self._engine) or nullcontext()
@@ -159,11 +176,11 @@ class MemoryStore:
 
         The store then refuses every database call
         (:class:`~memstore.errors.StoreClosedError`; ``cache_info()`` still answers);
-        closing it again does nothing.
+        closing it again does nothing. A store collected without ``close()`` releases
+        the connections of an engine it made then, as a file closes itself.
         """
         self._closed = True
-        if self._owns_engine:
-            self._engine.dispose()
+        self._release()
 
     def __enter__(self) -> MemoryStore:
         return self
