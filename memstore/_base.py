@@ -587,7 +587,7 @@ class Planner:
         """Validate ``summarize``'s arguments; the steps both stores drive."""
         cid = check_conversation_id(conversation_id)
         if not callable(summarizer):
-            raise InvalidInputError(f"summarizer must be callable, got {summarizer!r}")
+            raise InvalidInputError(f"summarizer must be callable, got {_short(summarizer)}")
         keep = check_count(keep_tokens, "keep_tokens")
         if counter is not None:
             if not hasattr(counter, "count_message"):
@@ -844,7 +844,7 @@ def check_page_args(
     stop = check_bound(stop, "stop")
     if (not isinstance(page_size, int) or isinstance(page_size, bool)
             or not 1 <= page_size <= 100_000):
-        raise InvalidInputError(f"page_size must be an int in [1, 100000], got {page_size!r}")
+        raise InvalidInputError(f"page_size must be an int in [1, 100000], got {_short(page_size)}")
     return cid, start, stop, page_size
 
 

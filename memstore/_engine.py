@@ -63,10 +63,11 @@ DURABILITY_MODES = ("full", "normal")
 def check_durability(durability: Any) -> str:
     """Validate the ``durability=`` argument."""
     if durability not in DURABILITY_MODES:
+        from memstore._validate import short_repr
         from memstore.errors import ConfigurationError
 
         raise ConfigurationError(
-            f"durability must be one of {', '.join(DURABILITY_MODES)}, not {durability!r}"
+            f"durability must be one of {', '.join(DURABILITY_MODES)}, not {short_repr(durability)}"
         )
     return str(durability)
 _WRITE = "memstore_write"

@@ -119,7 +119,7 @@ def short_repr(value: Any) -> str:
         return f"an integer of {value.bit_length()} bits"  # repr may refuse huge ints
     try:
         text = repr(value)
-    except ValueError:  # a huge int inside a container, say
+    except Exception:  # a huge int inside a container, or a __repr__ that raises
         return f"a {type(value).__name__} that cannot be shown"
     return text if len(text) <= 60 else f"{text[:40]}... ({len(text)} characters)"
 

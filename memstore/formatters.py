@@ -27,7 +27,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from memstore._validate import text_problem
+from memstore._validate import short_repr, text_problem
 from memstore.errors import ConfigurationError, InvalidInputError
 from memstore.models import ANCHOR_ROLES, Message, TextPart
 
@@ -61,7 +61,7 @@ def _check_tag(formatter: str, name: str, value: object) -> None:
     if not isinstance(value, str) or not _XML_NAME.match(value):
         raise ConfigurationError(
             f"{formatter} {name} must be an XML name (a letter or '_', then letters, digits, "
-            f"'-', '_' or '.'), got {value!r}"
+            f"'-', '_' or '.'), got {short_repr(value)}"
         )
 
 
@@ -128,7 +128,8 @@ class MarkdownListFormatter:
     def __post_init__(self) -> None:
         if not isinstance(self.heading, str) or "\n" in self.heading or "\r" in self.heading:
             raise ConfigurationError(
-                f"MarkdownListFormatter heading must be a one-line string, got {self.heading!r}"
+                "MarkdownListFormatter heading must be a one-line string, "
+                f"got {short_repr(self.heading)}"
             )
 
     def __call__(self, items: Sequence[str]) -> str:
@@ -181,7 +182,7 @@ def inject_into_system(
     if not isinstance(system_message, Message) or system_message.role not in ANCHOR_ROLES:
         role = getattr(system_message, "role", type(system_message).__name__)
         raise InvalidInputError(
-            f"inject_into_system needs a system or developer message, got {role!r}"
+            f"inject_into_system needs a system or developer message, got {short_repr(role)}"
         )
     if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
         raise InvalidInputError(
@@ -190,7 +191,7 @@ def inject_into_system(
     if not callable(formatter):
         raise InvalidInputError(
             f"formatter must be a callable (list[str]) -> str such as XMLFormatter() or "
-            f"MarkdownListFormatter(heading), got {formatter!r}"
+            f"MarkdownListFormatter(heading), got {short_repr(formatter)}"
         )
     texts = [_item_text(item, i) for i, item in enumerate(items)]
     if not texts:

@@ -31,6 +31,7 @@ from sqlalchemy import Connection, Engine, column, inspect, select, table, text
 from sqlalchemy.engine import URL
 
 from memstore._engine import install_sqlite_hooks, make_engine, sync_url, write_options
+from memstore._validate import short_repr
 from memstore.errors import (
     ConfigurationError,
     DatabaseError,
@@ -675,7 +676,9 @@ def partitioned_ddl(partitions: int = 8) -> list[str]:
     if not isinstance(partitions, int) or isinstance(partitions, bool) or not (
         1 <= partitions <= 1024
     ):
-        raise ConfigurationError(f"partitions must be an int in [1, 1024], got {partitions!r}")
+        raise ConfigurationError(
+            f"partitions must be an int in [1, 1024], got {short_repr(partitions)}"
+        )
     dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
     copy = MetaData(naming_convention=schema.metadata.naming_convention)
     statements: list[str] = []

@@ -23,6 +23,7 @@ from memstore._validate import (
     check_size,
     is_async_callable,
     refuse_awaitable,
+    short_repr,
     text_problem,
     utf8_size,
 )
@@ -279,23 +280,26 @@ class TruncateOldest(Strategy):
     def __post_init__(self) -> None:
         if not isinstance(self.keep_turns_atomic, bool):
             raise ConfigurationError(
-                f"TruncateOldest keep_turns_atomic must be a bool, got {self.keep_turns_atomic!r}"
+                "TruncateOldest keep_turns_atomic must be a bool, "
+                f"got {short_repr(self.keep_turns_atomic)}"
             )
         if (not isinstance(self.min_messages, int) or isinstance(self.min_messages, bool)
                 or self.min_messages < 0):
             raise ConfigurationError(
-                f"TruncateOldest min_messages must be an int >= 0, got {self.min_messages!r}"
+                "TruncateOldest min_messages must be an int >= 0, "
+                f"got {short_repr(self.min_messages)}"
             )
         roles = self.protect_roles
         if isinstance(roles, str) or not isinstance(roles, Iterable):
             raise ConfigurationError(
-                f"TruncateOldest protect_roles must be a sequence of roles, got {roles!r}"
+                f"TruncateOldest protect_roles must be a sequence of roles, got {short_repr(roles)}"
             )
         roles = tuple(roles)
         not_str = [r for r in roles if not isinstance(r, str)]
         if not_str:
             raise ConfigurationError(
-                f"TruncateOldest protect_roles must hold role names (strings), got {not_str[0]!r}"
+                "TruncateOldest protect_roles must hold role names (strings), "
+                f"got {short_repr(not_str[0])}"
             )
         normalized = tuple(dict.fromkeys(roles))
         known = ("system", "developer", "user", "assistant", "tool")
@@ -425,7 +429,7 @@ class Summarize(Strategy):
     def __post_init__(self) -> None:
         if not callable(self.summarizer):
             raise ConfigurationError(
-                f"Summarize needs a callable summarizer, got {self.summarizer!r}"
+                f"Summarize needs a callable summarizer, got {short_repr(self.summarizer)}"
             )
 
     def apply(self, messages: list[Message], tokens: int, limit: int,

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from memstore import _base, _snapshots, _stateio
-from memstore._validate import JSON_TOO_DEEP, validation_summary
+from memstore._validate import JSON_TOO_DEEP, short_repr, validation_summary
 from memstore.errors import (
     ConflictError,
     ImportFormatError,
@@ -304,7 +304,7 @@ def _check_version(line_no: int, line: dict[str, Any]) -> None:
     version = line.get("memstore_export")
     if type(version) is not int or version != EXPORT_VERSION:  # (true == 1 == 1.0)
         raise ImportFormatError(
-            line_no, f"export format version {version!r} is not supported "
+            line_no, f"export format version {short_repr(version)} is not supported "
             f"(this memstore reads version {EXPORT_VERSION})"
         )
 
@@ -323,7 +323,7 @@ def _header(line_no: int, line: dict[str, Any]) -> tuple[Conversation, int]:
             "follow their conversation's messages)"
         )
     if kind != "conversation":
-        raise ImportFormatError(line_no, f"unknown line type {kind!r}")
+        raise ImportFormatError(line_no, f"unknown line type {short_repr(kind)}")
     fields = {k: v for k, v in line.items() if k not in ("memstore_export", "type")}
     missing = _HEADER_FIELDS - set(fields)
     extra = set(fields) - _HEADER_FIELDS
@@ -333,7 +333,9 @@ def _header(line_no: int, line: dict[str, Any]) -> tuple[Conversation, int]:
         raise ImportFormatError(line_no, f"bad conversation header: {what}")
     count = fields["message_count"]
     if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-        raise ImportFormatError(line_no, f"message_count must be an int >= 0, got {count!r}")
+        raise ImportFormatError(
+            line_no, f"message_count must be an int >= 0, got {short_repr(count)}"
+        )
     try:
         conversation = Conversation.model_validate(fields)
     except ValidationError as exc:

@@ -270,3 +270,70 @@ async def test_a_closed_store_refuses_every_call(store: Any) -> None:
     with pytest.raises(StoreClosedError):
         await (stream.__anext__() if hasattr(stream, "__anext__") else call(next(stream)))
     await call(store.close())  # again: nothing to do
+
+
+class _Unshowable:
+    """A value whose ``repr`` raises, as a class with a broken ``__repr__`` does."""
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+def _unshowable_cases() -> list[tuple[str, Any]]:
+    """(case id, a call given the bad value ``v``) for arguments named in error messages."""
+    from memstore import (
+        ApproxCounter,
+        FixedCounter,
+        MemoryStore,
+        TokenLimitedView,
+        counter_from_name,
+    )
+    from memstore.formatters import MarkdownListFormatter, XMLFormatter, inject_into_system
+    from memstore.strategies import Summarize, TruncateOldest
+
+    system = Message.system("rules")
+    return [
+        ("view-counter", lambda s, v: TokenLimitedView(100, counter=v)),
+        ("durability", lambda s, v: MemoryStore("sqlite://", durability=v)),
+        ("summarizer", lambda s, v: s.summarize("c", v, keep_tokens=0)),
+        ("page-size", lambda s, v: list(s.iter_messages("c", page_size=v))),
+        ("approx-counter", lambda s, v: ApproxCounter(v)),
+        ("fixed-counter", lambda s, v: FixedCounter(per_message=v)),
+        ("counter-name", lambda s, v: counter_from_name(v)),
+        ("truncate-atomic", lambda s, v: TruncateOldest(keep_turns_atomic=v)),
+        ("truncate-min", lambda s, v: TruncateOldest(min_messages=v)),
+        ("truncate-roles", lambda s, v: TruncateOldest(protect_roles=[v])),
+        ("summarize-strategy", lambda s, v: Summarize(summarizer=v)),
+        ("markdown-heading", lambda s, v: MarkdownListFormatter(heading=v)),
+        ("xml-tag", lambda s, v: XMLFormatter(tag=v)),
+        ("inject-formatter", lambda s, v: inject_into_system(system, v, ["a"])),
+    ]
+
+
+@pytest.mark.parametrize("value", [10**5000, -(10**5000), _Unshowable()],
+                         ids=["huge-int", "huge-negative-int", "raising-repr"])
+@pytest.mark.parametrize(("case", "make"), _unshowable_cases())
+def test_a_value_repr_cannot_show_is_named_in_a_clear_error(
+    case: str, make: Any, value: Any
+) -> None:
+    """Error messages showed the bad value with ``repr``, which refuses integers of more
+    than 4,300 digits (ValueError) and runs a class's own ``__repr__``: the caller got
+    that exception instead of memstore's. ``ApproxCounter`` also raised OverflowError
+    for an int past float's range, and ``FixedCounter`` a plain ValueError."""
+    from memstore import MemoryStore
+    from memstore.errors import MemstoreError
+
+    store = MemoryStore("sqlite://")
+    store.append("c", Message.user("hi"))
+    try:
+        if case == "truncate-min" and isinstance(value, int) and value > 0:
+            make(store, value)  # a huge minimum is a valid (if odd) setting
+            return
+        with pytest.raises(MemstoreError) as caught:
+            make(store, value)
+        message = str(caught.value)
+        assert "cannot be shown" in message or "an integer of" in message, message
+        assert len(message) < 600, message
+        assert [m.content for m in store.messages("c")] == ["hi"]
+    finally:
+        store.close()

@@ -58,6 +58,7 @@ __all__ = [
     "read_history",
     "read_history_sync",
     "run",
+    "shown",
     "store_url",
     "unescaped_json",
     "valid_name",
@@ -101,6 +102,21 @@ def check_conversation(store: AnyStore, conversation_id: Any, view: ContextView,
         return store.context(conversation_id, view).conversation_id
     except InvalidInputError as exc:
         raise InvalidInputError(f"{argument}: {exc}") from None
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` for an error message: at most ``limit`` characters, never raising.
+
+    ``repr`` refuses integers of more than 4,300 digits, and a class's ``__repr__`` may
+    raise anything; an error message about a bad value must not fail on it.
+    """
+    if isinstance(value, int) and value.bit_length() > 200:
+        return f"an integer of {value.bit_length()} bits"
+    try:
+        text = repr(value)
+    except Exception:
+        return f"a {type(value).__name__} that cannot be shown"
+    return text if len(text) <= limit else f"{text[:limit - 3]}..."
 
 
 def valid_name(value: str) -> bool:

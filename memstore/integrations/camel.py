@@ -41,6 +41,7 @@ from memstore.errors import (
     InvalidInputError,
     MissingDependencyError,
 )
+from memstore.integrations._common import shown
 from memstore.models import Message, StoredMessage
 from memstore.store import MemoryStore
 from memstore.tokens import TokenCounter
@@ -122,9 +123,9 @@ def record_to_message(record: MemoryRecord) -> Message:
     if raw_score is not None:
         try:
             score = float(raw_score)
-        except ValueError as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             raise InvalidInputError(
-                f"record extra_info['score'] must be a number, got {raw_score!r}"
+                f"record extra_info['score'] must be a number, got {shown(raw_score)}"
             ) from exc
     tool_calls = projection.get("tool_calls")
     fields: dict[str, Any] = {

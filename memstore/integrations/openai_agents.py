@@ -52,6 +52,7 @@ from memstore.integrations._common import (
     check_conversation,
     check_store,
     check_view,
+    shown,
     unescaped_json,
 )
 from memstore.models import (
@@ -96,7 +97,10 @@ _CALL_ID_TYPES = frozenset({
 
 
 def _describe(item: Mapping[str, Any]) -> str:
-    text = json.dumps(item, sort_keys=True, default=str)
+    try:
+        text = json.dumps(item, sort_keys=True, default=str)
+    except Exception:  # a key that does not sort, an integer past 4,300 digits, ...
+        return shown(item, 200)
     return text if len(text) <= 200 else text[:197] + "..."
 
 
@@ -114,15 +118,15 @@ def _kind(item: Mapping[str, Any]) -> str:
             return "input"
         if role == "assistant":
             return "model"
-        raise InvalidInputError(f"message item has an unknown role: {role!r}")
+        raise InvalidInputError(f"message item has an unknown role: {shown(role)}")
     if not isinstance(item_type, str):
-        raise InvalidInputError(f"item type must be a string, got {item_type!r}")
+        raise InvalidInputError(f"item type must be a string, got {shown(item_type)}")
     if item_type in _CALL_ID_TYPES:
         call_id = item.get("call_id")
         if not isinstance(call_id, str) or not call_id:
             raise InvalidInputError(
                 f"a {item_type} item needs a non-empty string call_id (the Responses API "
-                f"pairs calls and outputs by it), got {call_id!r}: {_describe(item)}"
+                f"pairs calls and outputs by it), got {shown(call_id)}: {_describe(item)}"
             )
     if item_type.endswith("_call_output") and isinstance(item.get("call_id"), str):
         return "output"
@@ -525,7 +529,7 @@ class MemstoreSession:
         """
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)
                                   or limit < 0):
-            raise InvalidInputError(f"limit must be None or an integer >= 0, got {limit!r}")
+            raise InvalidInputError(f"limit must be None or an integer >= 0, got {shown(limit)}")
         if limit == 0:
             return []
         if self.view is None:

@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from memstore._validate import short_repr
 from memstore.errors import ConfigurationError, InvalidInputError
 from memstore.models import Message, StoredMessage
 
@@ -96,7 +97,7 @@ def validate_counter(counter: object, what: str = "counter") -> TokenCounter:
     """
     if isinstance(counter, str):
         raise ConfigurationError(
-            f"{what} must be a TokenCounter object, got the string {counter!r} "
+            f"{what} must be a TokenCounter object, got the string {short_repr(counter)} "
             "(memstore.counter_from_name builds a counter from a name)"
         )
     missing = [
@@ -106,12 +107,14 @@ def validate_counter(counter: object, what: str = "counter") -> TokenCounter:
     if missing:
         raise ConfigurationError(
             f"{what} must implement the TokenCounter protocol (name, count_message, "
-            f"count_messages); {counter!r} has no {' or '.join(missing)} method"
+            f"count_messages); {short_repr(counter)} has no {' or '.join(missing)} method"
         )
     try:
         name = getattr(counter, "name", None)
     except Exception as exc:
-        raise ConfigurationError(f"{what} {counter!r}: reading its name failed: {exc!r}") from exc
+        raise ConfigurationError(
+            f"{what} {short_repr(counter)}: reading its name failed: {short_repr(exc)}"
+        ) from exc
     if not isinstance(name, str) or not name:
         raise ConfigurationError(
             f"{what} name must be a non-empty string identifying the counter and its "

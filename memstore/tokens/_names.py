@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from memstore._validate import short_repr
 from memstore.errors import ConfigurationError
 from memstore.tokens._base import TokenCounter
 from memstore.tokens._openai import TiktokenCounter
@@ -36,7 +37,7 @@ def counter_from_name(name: str) -> TokenCounter:
         TokenizerUnavailableError: a ``tiktoken/`` encoding cannot be loaded offline.
     """
     if not isinstance(name, str):
-        raise ConfigurationError(f"a token counter name must be a string, got {name!r}")
+        raise ConfigurationError(f"a token counter name must be a string, got {short_repr(name)}")
     kind, _, rest = name.partition("/")
     if kind == "tiktoken" and rest:
         encoding, sep, suffix = rest.partition("/")

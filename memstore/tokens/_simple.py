@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
+from memstore._validate import MAX_TOKEN_COUNT, short_repr
 from memstore.errors import ConfigurationError
 from memstore.models import Message, TextPart
 from memstore.tokens._base import BaseTokenCounter
@@ -29,7 +30,8 @@ class FixedCounter(BaseTokenCounter):
         per_tool_schema: tokens charged per tool schema by ``count_tools``.
 
     Raises:
-        ValueError: a parameter is negative.
+        ConfigurationError: a parameter is not an int in ``[0, 2**31 - 1]``
+            (:class:`~memstore.errors.ConfigurationError` is a ``ValueError``).
     """
 
     def __init__(
@@ -49,8 +51,12 @@ class FixedCounter(BaseTokenCounter):
             "per_tool_schema": per_tool_schema,
         }
         for key, value in params.items():
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"FixedCounter {key} must be an int >= 0, got {value!r}")
+            if (not isinstance(value, int) or isinstance(value, bool)
+                    or not 0 <= value <= MAX_TOKEN_COUNT):
+                raise ConfigurationError(
+                    f"FixedCounter {key} must be an int in [0, {MAX_TOKEN_COUNT}], "
+                    f"got {short_repr(value)}"
+                )
         self.per_message = per_message
         self.per_tool_call = per_tool_call
         self.per_word = per_word
@@ -122,13 +128,16 @@ class ApproxCounter(BaseTokenCounter):
     def __init__(self, chars_per_token: float = 4) -> None:
         if isinstance(chars_per_token, bool) or not isinstance(chars_per_token, (int, float)):
             raise ConfigurationError(
-                f"ApproxCounter chars_per_token must be a number, got {chars_per_token!r}"
+                f"ApproxCounter chars_per_token must be a number, got {short_repr(chars_per_token)}"
             )
-        cpt = float(chars_per_token)
+        try:
+            cpt = float(chars_per_token)
+        except OverflowError:  # an int past float's range
+            cpt = math.inf
         if not math.isfinite(cpt) or cpt <= 0:
             raise ConfigurationError(
                 "ApproxCounter chars_per_token must be a finite number > 0, "
-                f"got {chars_per_token!r}"
+                f"got {short_repr(chars_per_token)}"
             )
         self._cpt = cpt
         self._ratio = Fraction(cpt)

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from memstore import (
     AsyncMemoryStore,
@@ -321,6 +322,12 @@ async def test_scores_follow_camels_rule(store: Any) -> None:
         memory.write_records([MemoryRecord(
             message=BaseMessage("u", RoleType.USER, None, "x"),
             role_at_backend=OpenAIBackendRole.USER, extra_info={"score": "high"})])
+    for bad in ("1e400", "nan", "-1"):  # float() takes them; a score must be finite, >= 0
+        with pytest.raises((InvalidInputError, ValidationError), match="score"):
+            memory.write_records([MemoryRecord(
+                message=BaseMessage("u", RoleType.USER, None, "x"),
+                role_at_backend=OpenAIBackendRole.USER, extra_info={"score": bad})])
+    assert len(memory.retrieve()) == len(records)
 
 
 async def test_create_context_selects_like_get_context(store: Any) -> None:

@@ -377,6 +377,12 @@ async def test_bad_items_write_nothing(store: Any) -> None:
         await session.add_items([{"role": "wizard", "content": "x"}])
     with pytest.raises(InvalidInputError):
         await session.add_items([{"role": "user", "content": {1, 2}}])
+    # values repr() refuses (an int of 5,000 digits) are named, not raised from repr
+    with pytest.raises(InvalidInputError, match="JSON data"):
+        await session.add_items([{"type": "function_call", "call_id": 10**5000,
+                                  "name": "f", "arguments": "{}"}])
+    with pytest.raises(InvalidInputError, match="an integer of"):
+        await session.get_items(limit=-(10**5000))
     assert await session.get_items() == [{"role": "user", "content": "ok"}]
 
 
