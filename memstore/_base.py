@@ -245,7 +245,7 @@ def check_conversation_id(cid: Any) -> str:
         )
     problem = text_problem(cid)
     if problem is not None:
-        raise InvalidInputError(f"conversation id {cid!r} {problem}")
+        raise InvalidInputError(f"conversation id {_short(cid)} {problem}")
     return cid
 
 

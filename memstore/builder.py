@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from memstore._validate import short_repr
 from memstore._viewparts import MAX_VIEW_INT
 from memstore.errors import (
     ConfigurationError,
@@ -130,7 +131,8 @@ def _check_conversation_id(value: object) -> str:
         raise InvalidInputError(f"conversation id must be a str, not {type(value).__name__}")
     if not value or len(value) > MAX_ID_LENGTH or "\x00" in value:
         raise InvalidInputError(
-            f"conversation id must be 1–{MAX_ID_LENGTH} characters with no NUL, got {value!r}"
+            f"conversation id must be 1–{MAX_ID_LENGTH} characters with no NUL, "
+            f"got {short_repr(value)}"
         )
     return value
 
@@ -185,11 +187,14 @@ class HistoryBlock:
     def __post_init__(self) -> None:
         if not callable(getattr(self.store, "window", None)):
             raise ConfigurationError(
-                f"HistoryBlock needs a MemoryStore or AsyncMemoryStore, got {self.store!r}"
+                f"HistoryBlock needs a MemoryStore or AsyncMemoryStore, "
+                f"got {short_repr(self.store)}"
             )
         _check_conversation_id(self.conversation_id)
         if self.view is not None and not isinstance(self.view, ContextView):
-            raise ConfigurationError(f"HistoryBlock view must be a ContextView, got {self.view!r}")
+            raise ConfigurationError(
+                f"HistoryBlock view must be a ContextView, got {short_repr(self.view)}"
+            )
 
     @property
     def is_async(self) -> bool:
@@ -199,7 +204,7 @@ class HistoryBlock:
 
 def _check_block_id(value: object) -> str:
     if not isinstance(value, str) or not value:
-        raise ConfigurationError(f"a block id must be a non-empty string, got {value!r}")
+        raise ConfigurationError(f"a block id must be a non-empty string, got {short_repr(value)}")
     return value
 
 
@@ -251,15 +256,17 @@ class Block:
         cache_control: Mapping[str, JsonValue] | None = None,
     ) -> None:
         _check_block_id(id)
-        where = f"block {id!r}"
+        where = f"block {short_repr(id)}"
         if not isinstance(tier, int) or isinstance(tier, bool):
-            raise ConfigurationError(f"{where}: tier must be a Tier or an int, got {tier!r}")
+            raise ConfigurationError(
+                f"{where}: tier must be a Tier or an int, got {short_repr(tier)}"
+            )
         if strategy is None:
             raise ConfigurationError(f"{where} has no strategy")
         if not isinstance(strategy, Strategy):
             raise ConfigurationError(
                 f"{where}: strategy must be a Strategy (Strict(), Drop(), TruncateOldest(), "
-                f"Summarize(...) or a subclass), got {strategy!r}"
+                f"Summarize(...) or a subclass), got {short_repr(strategy)}"
             )
         if (messages is None) == (history is None):
             raise ConfigurationError(f"{where} needs exactly one of messages= or history=")
@@ -275,13 +282,17 @@ class Block:
                         "(build it with Message.from_openai)"
                     )
         if history is not None and not isinstance(history, HistoryBlock):
-            raise ConfigurationError(f"{where}: history must be a HistoryBlock, got {history!r}")
+            raise ConfigurationError(
+                f"{where}: history must be a HistoryBlock, got {short_repr(history)}"
+            )
         if history is not None:
             _check_history_strategy(where, strategy, history.view)
         if max_tokens is not None and (
             not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens <= 0
         ):
-            raise ConfigurationError(f"{where}: max_tokens must be an int >= 1, got {max_tokens!r}")
+            raise ConfigurationError(
+                f"{where}: max_tokens must be an int >= 1, got {short_repr(max_tokens)}"
+            )
         control: dict[str, JsonValue] | None = None
         if cache_control is not None:
             if not isinstance(cache_control, Mapping):
@@ -547,12 +558,12 @@ class ContextBuilder:
     def __init__(self, max_tokens: int, counter: TokenCounter | None = None) -> None:
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens <= 0:
             raise ConfigurationError(
-                f"ContextBuilder max_tokens must be an int >= 1, got {max_tokens!r}"
+                f"ContextBuilder max_tokens must be an int >= 1, got {short_repr(max_tokens)}"
             )
         if max_tokens > MAX_VIEW_INT:
             raise ConfigurationError(
                 f"ContextBuilder max_tokens must be <= 2**53 - 1 ({MAX_VIEW_INT}), the largest "
-                f"token limit a view takes, got {max_tokens}"
+                f"token limit a view takes, got {short_repr(max_tokens)}"
             )
         if counter is None:
             counter = default_counter()
@@ -596,7 +607,7 @@ class ContextBuilder:
                 this id is already added.
         """
         if not isinstance(block, Block):
-            raise ConfigurationError(f"add_block needs a Block, got {block!r}")
+            raise ConfigurationError(f"add_block needs a Block, got {short_repr(block)}")
         if block.id in self._blocks:
             raise ConfigurationError(
                 f"a block with id {block.id!r} is already added; ids must be unique "
@@ -614,7 +625,7 @@ class ContextBuilder:
         """
         _check_block_id(id)
         if id not in self._blocks:
-            raise NotFoundError(f"no block with id {id!r}")
+            raise NotFoundError(f"no block with id {short_repr(id)}")
         del self._blocks[id]
         return self
 
@@ -825,7 +836,7 @@ class ContextBuilder:
                 if not isinstance(kept, list) or not all(isinstance(m, Message) for m in kept):
                     raise ConfigurationError(
                         f"strategy {type(strategy).__name__} of block {block.id!r} must return "
-                        f"a list of Message, got {kept!r}"
+                        f"a list of Message, got {short_repr(kept)}"
                     )
                 if splits_units(messages, kept):
                     raise ConfigurationError(

@@ -350,6 +350,11 @@ def _block_where(where: str, index: int, kind: str) -> str:
     return f"{where}: content block {index} ({kind})"
 
 
+def _kind_shown(kind: object) -> str:
+    """A block's ``type`` for a message: as it is when a string, else its short repr."""
+    return kind if isinstance(kind, str) else short_repr(kind)
+
+
 def _text_of_blocks(blocks: Any, where: str) -> str | list[TextPart]:
     if blocks is None:
         return ""
@@ -362,7 +367,9 @@ def _text_of_blocks(blocks: Any, where: str) -> str | list[TextPart]:
     for index, block in enumerate(blocks):
         kind = block.get("type") if isinstance(block, Mapping) else None
         if kind != "text":
-            raise InvalidInputError(f"{where}: only text blocks are supported here, not {kind!r}")
+            raise InvalidInputError(
+                f"{where}: only text blocks are supported here, not {short_repr(kind)}"
+            )
         parts.append(TextPart(text=_field(block, "text", _block_where(where, index, kind))))
     return parts
 
@@ -395,7 +402,7 @@ def _image_from_anthropic(block: Mapping[str, Any], where: str) -> ImagePart:
         url = _source_text(source, "url", where)
     else:
         raise InvalidInputError(
-            f"{where}: image source type {source.get('type')!r} is not supported "
+            f"{where}: image source type {short_repr(source.get('type'))} is not supported "
             "(supported: base64, url)"
         )
     return ImagePart(image_url=ImageURL(url=url))
@@ -452,11 +459,11 @@ def from_anthropic(data: Mapping[str, Any], **extra: Any) -> list[Message]:
         raise InvalidInputError(f"from_anthropic expects a mapping, not {type(data).__name__}")
     role = data.get("role")
     content = data.get("content")
-    where = f"Anthropic {role} message"
     if role not in ("user", "assistant"):
         raise InvalidInputError(
-            f"Anthropic message role must be 'user' or 'assistant', not {role!r}"
+            f"Anthropic message role must be 'user' or 'assistant', not {short_repr(role)}"
         )
+    where = f"Anthropic {role} message"
     own = sorted(_FROM_ANTHROPIC_OWN.intersection(extra))
     if own:
         raise InvalidInputError(
@@ -479,7 +486,7 @@ def from_anthropic(data: Mapping[str, Any], **extra: Any) -> list[Message]:
         cache: Any = None
         for index, block in enumerate(content):
             kind = block.get("type") if isinstance(block, Mapping) else None
-            at = _block_where(where, index, str(kind))
+            at = _block_where(where, index, _kind_shown(kind))
             if kind == "text":
                 texts.append(TextPart(text=_field(block, "text", at)))
             elif kind == "tool_use":
@@ -487,7 +494,8 @@ def from_anthropic(data: Mapping[str, Any], **extra: Any) -> list[Message]:
                                       arguments=_tool_arguments(block, at)))
             else:
                 raise InvalidInputError(
-                    f"{where}: block type {kind!r} is not supported (supported: text, tool_use)"
+                    f"{where}: block type {short_repr(kind)} is not supported "
+                    "(supported: text, tool_use)"
                 )
             cache = block.get("cache_control") or cache
         text: str | list[TextPart] | None
@@ -509,7 +517,7 @@ def from_anthropic(data: Mapping[str, Any], **extra: Any) -> list[Message]:
 
     for index, block in enumerate(content):
         kind = block.get("type") if isinstance(block, Mapping) else None
-        at = _block_where(where, index, str(kind))
+        at = _block_where(where, index, _kind_shown(kind))
         if kind == "text":
             run.append(TextPart(text=_field(block, "text", at)))
             run_cache = block.get("cache_control") or run_cache
@@ -528,7 +536,7 @@ def from_anthropic(data: Mapping[str, Any], **extra: Any) -> list[Message]:
                                **extra))
         else:
             raise InvalidInputError(
-                f"{where}: block type {kind!r} is not supported "
+                f"{where}: block type {short_repr(kind)} is not supported "
                 "(supported: text, image, tool_result)"
             )
     flush()

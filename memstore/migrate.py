@@ -289,7 +289,7 @@ class _Revision:
             raise self.error(f"{symbol!r} starts several revisions "
                              f"({', '.join(chain[i] for i in matches)})")
         if not matches:
-            raise self.error(f"memstore has no revision {symbol!r}")
+            raise self.error(f"memstore has no revision {short_repr(symbol)}")
         return matches[0] + 1
 
     def _walk(self, start: int, origin: str) -> int:

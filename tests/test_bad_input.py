@@ -288,8 +288,10 @@ def _unshowable_cases() -> list[tuple[str, Any]]:
         TokenLimitedView,
         counter_from_name,
     )
+    from memstore.builder import Block, ContextBuilder, HistoryBlock, Tier
     from memstore.formatters import MarkdownListFormatter, XMLFormatter, inject_into_system
-    from memstore.strategies import Summarize, TruncateOldest
+    from memstore.strategies import Drop, Summarize, TruncateOldest
+    from memstore.tokens import TiktokenCounter
 
     system = Message.system("rules")
     return [
@@ -307,6 +309,17 @@ def _unshowable_cases() -> list[tuple[str, Any]]:
         ("markdown-heading", lambda s, v: MarkdownListFormatter(heading=v)),
         ("xml-tag", lambda s, v: XMLFormatter(tag=v)),
         ("inject-formatter", lambda s, v: inject_into_system(system, v, ["a"])),
+        ("anthropic-role", lambda s, v: Message.from_anthropic({"role": v, "content": "x"})),
+        ("anthropic-block-type", lambda s, v: Message.from_anthropic(
+            {"role": "user", "content": [{"type": v}]})),
+        ("tiktoken-threads", lambda s, v: TiktokenCounter(threads=v)),
+        ("tiktoken-model", lambda s, v: TiktokenCounter(model=v)),
+        ("tiktoken-encoding", lambda s, v: TiktokenCounter(encoding=v)),
+        ("builder-max-tokens", lambda s, v: ContextBuilder(v)),
+        ("builder-block", lambda s, v: ContextBuilder(10).add_block(v)),
+        ("block-id", lambda s, v: Block(v, tier=Tier.HISTORY, strategy=Drop(), messages=[])),
+        ("block-tier", lambda s, v: Block("b", tier=v, strategy=Drop(), messages=[])),
+        ("history-store", lambda s, v: HistoryBlock(v, "c")),
     ]
 
 
@@ -326,7 +339,9 @@ def test_a_value_repr_cannot_show_is_named_in_a_clear_error(
     store = MemoryStore("sqlite://")
     store.append("c", Message.user("hi"))
     try:
-        if case == "truncate-min" and isinstance(value, int) and value > 0:
+        valid_when_positive = ("truncate-min", "tiktoken-threads")
+        if isinstance(value, int) and (case == "block-tier"
+                                       or (case in valid_when_positive and value > 0)):
             make(store, value)  # a huge minimum is a valid (if odd) setting
             return
         with pytest.raises(MemstoreError) as caught:

@@ -118,15 +118,21 @@ def validate_counter(counter: object, what: str = "counter") -> TokenCounter:
     if not isinstance(name, str) or not name:
         raise ConfigurationError(
             f"{what} name must be a non-empty string identifying the counter and its "
-            f"parameters, got {name!r} from {counter!r}"
+            f"parameters, got {short_repr(name)} from {short_repr(counter)}"
         )
     return counter  # type: ignore[return-value]
 
 
+#: The largest count a counter may return (a float holds it exactly); beyond it a
+#: counter is broken, and budget arithmetic and messages would carry its number.
+MAX_COUNT = 2**53
+
+
 def _check_count(counter: object, method: str, value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_COUNT:
         raise ConfigurationError(
-            f"{_describe(counter)}: {method} must return an int >= 0, got {value!r}"
+            f"{_describe(counter)}: {method} must return an int in [0, 2**53], "
+            f"got {short_repr(value)}"
         )
     return value
 

@@ -59,7 +59,7 @@ def counter_from_name(name: str) -> TokenCounter:
                                    for p in parts):
             a, b, c, d, e = (int(p) for p in parts)
             return FixedCounter(a, per_tool_call=b, per_word=c, priming=d, per_tool_schema=e)
-    raise ConfigurationError(f"unknown token counter {name!r}; expected {_NAME_FORMS}")
+    raise ConfigurationError(f"unknown token counter {short_repr(name)}; expected {_NAME_FORMS}")
 
 
 def default_counter() -> TiktokenCounter:

@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from memstore._validate import short_repr
 from memstore.errors import ConfigurationError, InvalidInputError
 from memstore.models import ROLES, Message, TextPart
 from memstore.tokens._base import BaseTokenCounter, _json_default
@@ -152,7 +153,7 @@ class TiktokenCounter(BaseTokenCounter):
             not isinstance(threads, int) or isinstance(threads, bool) or threads < 1
         ):
             raise ConfigurationError(
-                f"TiktokenCounter threads must be an int >= 1, got {threads!r}"
+                f"TiktokenCounter threads must be an int >= 1, got {short_repr(threads)}"
             )
         if threads is None:
             threads = max(1, min(MAX_THREADS, available_cpus()))
@@ -160,24 +161,26 @@ class TiktokenCounter(BaseTokenCounter):
         if encoding is not None and model is not None:
             raise ConfigurationError(
                 f"TiktokenCounter takes encoding= or model=, not both "
-                f"(got encoding={encoding!r}, model={model!r})"
+                f"(got encoding={short_repr(encoding)}, model={short_repr(model)})"
             )
         rule = DEFAULT_IMAGE_RULE
         if images is not None:
             if model is not None:
                 raise ConfigurationError(
-                    f"TiktokenCounter takes images= or model=, not both (model={model!r} "
+                    f"TiktokenCounter takes images= or model=, not both (model={short_repr(model)} "
                     "picks its own image pricing rule)"
                 )
             if not isinstance(images, str):
                 raise ConfigurationError(
                     f"TiktokenCounter images must be a rule name such as 'tiles-2833-5667', "
-                    f"got {images!r}"
+                    f"got {short_repr(images)}"
                 )
             rule = image_rule_from_spec(images)
         if model is not None:
             if not isinstance(model, str) or not model:
-                raise ConfigurationError(f"TiktokenCounter model must be a name, got {model!r}")
+                raise ConfigurationError(
+                    f"TiktokenCounter model must be a name, got {short_repr(model)}"
+                )
             try:
                 encoding = _encoding_name_for_model(model)
             except ConfigurationError:
@@ -191,7 +194,7 @@ class TiktokenCounter(BaseTokenCounter):
             encoding = "cl100k_base"
         if not isinstance(encoding, str) or not encoding or "/" in encoding:
             raise ConfigurationError(
-                f"TiktokenCounter encoding must be an encoding name, got {encoding!r}"
+                f"TiktokenCounter encoding must be an encoding name, got {short_repr(encoding)}"
             )
         self._encoding_name = encoding
         self._image_rule = rule
