@@ -33,6 +33,7 @@ from memstore._engine import (
 from memstore._validate import (
     MAX_SEQ,
     check_counter_name,
+    check_flag,
     check_json,
     check_json_size,
     check_token_count,
@@ -513,7 +514,8 @@ class Planner:
         stop = check_bound(stop, "stop")
         if limit is not None:
             limit = check_count(limit, "limit")
-        return Plan(_ops.read_messages, (cid, start, stop, limit, bool(newest_first)),
+        return Plan(_ops.read_messages,
+                    (cid, start, stop, limit, check_flag(newest_first, "newest_first")),
                     snapshot=True)
 
     def get_message(self, conversation_id: Any, seq: Any) -> Plan:
@@ -560,7 +562,8 @@ class Planner:
         cid = check_conversation_id(
             parsed.conversation.id if conversation_id is None else conversation_id)
         messages = parsed.messages
-        return Plan(_snapshots.load_state, (parsed, cid, bool(replace)), write=True,
+        replace = check_flag(replace, "replace")
+        return Plan(_snapshots.load_state, (parsed, cid, replace), write=True,
                     prepare=functools.partial(_snapshots.recount, recounter, messages),
                     prepare_items=len(messages))
 

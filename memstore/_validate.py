@@ -113,6 +113,20 @@ def check_token_count(counter: Any, tokens: Any) -> int:
     )
 
 
+def check_flag(value: Any, name: str) -> bool:
+    """A yes/no argument: ``True`` or ``False`` only.
+
+    ``bool(value)`` would take ``replace="no"`` as yes, and runs a class's own
+    ``__bool__``.
+
+    Raises:
+        InvalidInputError: ``value`` is not a bool.
+    """
+    if not isinstance(value, bool):
+        raise InvalidInputError(f"{name} must be True or False, got {short_repr(value)}")
+    return value
+
+
 def short_repr(value: Any) -> str:
     """``repr(value)`` for an error message: shortened, and safe for huge integers."""
     if isinstance(value, int) and value.bit_length() > 200:

@@ -33,6 +33,7 @@ from memstore import _base, _snapshots, _stateio
 from memstore._base import Durability, MessageLike, MigrateMode, Plan, Summarizer
 from memstore._cache import DEFAULT_CACHE_SIZE, CacheInfo
 from memstore._engine import make_async_engine, turn_of, write_options
+from memstore._validate import check_flag
 from memstore.errors import (
     ConfigurationError,
     ConnectionLostError,
@@ -516,6 +517,7 @@ class AsyncMemoryStore:
         A snapshot file is read synchronously, batch by batch, inside the transaction.
         """
         _base.refuse_call(self._closed)
+        replace = check_flag(replace, "replace")
         await self.setup()
         if _stateio.is_file(state):
             async with self._on_this_loop():
@@ -540,7 +542,7 @@ class AsyncMemoryStore:
                 await conn.execution_options(**write_options())
                 async with conn.begin():
                     conversation, written = await conn.run_sync(
-                        _snapshots.load_stream, head, messages, cid, bool(replace), recounter)
+                        _snapshots.load_stream, head, messages, cid, replace, recounter)
         return LoadReport(conversation=conversation, messages=written, written=written,
                           recounted=recounter.recounted)
 

@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from memstore._validate import short_repr
+from memstore._validate import check_flag, short_repr
 from memstore._viewparts import MAX_VIEW_INT
 from memstore.errors import (
     ConfigurationError,
@@ -430,6 +430,7 @@ class CompiledContext(BaseModel):
         (OpenRouter, LiteLLM) read; send that only to such a gateway. A stamped
         message without content (a tool call) is rendered plainly either way.
         """
+        cache_control = check_flag(cache_control, "cache_control")
         out: list[dict[str, Any]] = []
         for m in self.messages:
             item = m.to_openai()

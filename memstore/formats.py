@@ -282,6 +282,27 @@ def _message_blocks(message: Message, ids: _ToolUseIds) -> list[dict[str, Any]]:
     return blocks
 
 
+def _message_list(messages: Any, what: str) -> list[Message]:
+    """``messages`` as a list, each item checked to be a :class:`Message`."""
+    if isinstance(messages, (str, bytes, Mapping, Message)):
+        raise InvalidInputError(
+            f"{what} expects a list of Messages, not a {type(messages).__name__}"
+        )
+    try:
+        items = list(messages)
+    except TypeError:
+        raise InvalidInputError(
+            f"{what} expects a list of Messages, not {type(messages).__name__}"
+        ) from None
+    for index, item in enumerate(items):
+        if not isinstance(item, Message):
+            raise InvalidInputError(
+                f"{what}: item {index} is a {type(item).__name__}, not a Message "
+                "(Message.from_openai converts an OpenAI message dict)"
+            )
+    return items
+
+
 def to_anthropic(messages: Iterable[Message]) -> dict[str, Any]:
     """Render messages as an Anthropic Messages API request body (``system`` + ``messages``).
 
@@ -297,7 +318,8 @@ def to_anthropic(messages: Iterable[Message]) -> dict[str, Any]:
         that are already both are sent as they are.
 
     Raises:
-        InvalidInputError: a tool call's arguments are not a JSON object (or hold
+        InvalidInputError: ``messages`` is not a list of :class:`Message`, or a tool
+            call's arguments are not a JSON object (or hold
             NaN, Infinity or a number too large for a float, which JSON cannot carry,
             or are nested too deeply to parse), or an image is a ``data:`` URI of a
             type Anthropic does not accept.
@@ -305,7 +327,7 @@ def to_anthropic(messages: Iterable[Message]) -> dict[str, Any]:
     system: list[dict[str, Any]] = []
     turns: list[dict[str, Any]] = []
     ids = _ToolUseIds()
-    for message in messages:
+    for message in _message_list(messages, "to_anthropic"):
         cache = cache_control_of(message)
         if message.role in ("system", "developer"):
             text = message.text
@@ -577,9 +599,12 @@ def to_responses(messages: Iterable[Message]) -> list[dict[str, Any]]:
 
     Returns:
         A list to pass as ``client.responses.create(input=...)``.
+
+    Raises:
+        InvalidInputError: ``messages`` is not a list of :class:`Message`.
     """
     items: list[dict[str, Any]] = []
-    for message in messages:
+    for message in _message_list(messages, "to_responses"):
         if message.role == "tool":
             output = _responses_parts(message)
             items.append({"type": "function_call_output", "call_id": message.tool_call_id,

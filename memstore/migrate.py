@@ -31,7 +31,7 @@ from sqlalchemy import Connection, Engine, column, inspect, select, table, text
 from sqlalchemy.engine import URL
 
 from memstore._engine import install_sqlite_hooks, make_engine, sync_url, write_options
-from memstore._validate import short_repr
+from memstore._validate import check_flag, short_repr
 from memstore.errors import (
     ConfigurationError,
     DatabaseError,
@@ -321,7 +321,7 @@ def validate_revision(revision: object, direction: Direction, *, sql: bool = Fal
     to the database's revision is checked when :func:`upgrade` or :func:`downgrade` has
     read it). The CLI calls it before it opens the database.
     """
-    if sql:
+    if check_flag(sql, "sql"):
         _offline_range(revision, direction)
     else:
         _Revision(revision, direction)
@@ -550,7 +550,7 @@ def upgrade(
         InvalidInputError: ``revision`` names no revision of memstore's, or walks past
             base or head (nothing was written).
     """
-    if sql:
+    if check_flag(sql, "sql"):
         _check_output(output)
         begin, end = _offline_range(revision, "upgrade")
         return _offline(bind, f"{_name(begin)}:{_name(end)}", "upgrade", output)
@@ -573,7 +573,7 @@ def downgrade(
     :class:`InvalidInputError`, and nothing is written; in ``sql`` mode the DDL runs
     down from head, or from ``start`` in a range ``start:end``.
     """
-    if sql:
+    if check_flag(sql, "sql"):
         _check_output(output)
         begin, end = _offline_range(revision, "downgrade")
         return _offline(bind, f"{_name(begin)}:{_name(end)}", "downgrade", output)
@@ -728,7 +728,7 @@ def create_partitioned(
             tables already exist.
     """
     statements = partitioned_ddl(partitions)
-    if sql:
+    if check_flag(sql, "sql"):
         text_ = "BEGIN;\n\n" + "".join(f"{statement};\n\n" for statement in statements)
         text_ += "COMMIT;\n"
         _check_output(output)

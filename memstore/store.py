@@ -28,6 +28,7 @@ from memstore import _base, _snapshots, _stateio
 from memstore._base import Durability, MessageLike, MigrateMode, Plan, Summarizer
 from memstore._cache import DEFAULT_CACHE_SIZE, CacheInfo
 from memstore._engine import make_engine, turn_of, write_options
+from memstore._validate import check_flag
 from memstore.errors import ConnectionLostError, ConversationNotFoundError, translate_db_errors
 from memstore.migrate import migration_turn
 from memstore.models import (
@@ -562,13 +563,14 @@ class MemoryStore:
                 truncated (nothing is written).
             ConflictError: ``replace=False`` and a message id is already stored.
         """
+        replace = check_flag(replace, "replace")
         if _stateio.is_file(state):
             head, messages = _stateio.read_state(state)  # type: ignore[arg-type]
             cid = _base.stream_target(conversation_id, head)
             recounter = _snapshots.Recounter(self._plan.counter)
             with self._write_connection() as conn:
                 conversation, written = _snapshots.load_stream(
-                    conn, head, messages, cid, bool(replace), recounter)
+                    conn, head, messages, cid, replace, recounter)
             return LoadReport(conversation=conversation, messages=written, written=written,
                               recounted=recounter.recounted)
         plan, recounter, count = _base.restore_plan(self._plan, state, conversation_id, replace)

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from memstore import _base, _snapshots, _stateio
-from memstore._validate import JSON_TOO_DEEP, short_repr, validation_summary
+from memstore._validate import JSON_TOO_DEEP, check_flag, short_repr, validation_summary
 from memstore.errors import (
     ConflictError,
     ImportFormatError,
@@ -192,6 +192,14 @@ def _all_ids(store: MemoryStore) -> Iterator[str]:
         after = page[-1].id
 
 
+def _check_progress(progress: Any, what: str) -> None:
+    """Refuse a ``progress`` that cannot be called, before anything is read or written."""
+    if progress is not None and not callable(progress):
+        raise InvalidInputError(
+            f"{what} progress must be a callable taking a count, got {short_repr(progress)}"
+        )
+
+
 def export_jsonl(
     store: MemoryStore,
     fp: TextIO,
@@ -226,22 +234,35 @@ def export_jsonl(
         raise InvalidInputError(
             "conversation_ids must be a list of ids, not a single string"
         )
-    ids = _all_ids(store) if conversation_ids is None else iter(conversation_ids)
+    _check_progress(progress, "export_jsonl")
+    try:
+        ids = _all_ids(store) if conversation_ids is None else iter(conversation_ids)
+    except TypeError:
+        raise InvalidInputError(
+            f"conversation_ids must be a list of ids, not {type(conversation_ids).__name__}"
+        ) from None
     conversations = messages = summary_count = 0
     for cid in ids:
         summaries: list[Summary] = []
         stream = store._stream(_base.check_conversation_id(cid), None, None, EXPORT_PAGE,
                                summaries)
-        for conversation, page in stream:
-            if conversation is not None:
-                fp.write(_header_line(conversation))
-                conversations += 1
-            if page:
-                fp.write("\n".join(m.model_dump_json() for m in page))
-                fp.write("\n")
-                messages += len(page)
-                if progress is not None:
-                    progress(len(page))
+        try:
+            for conversation, page in stream:
+                if conversation is not None:
+                    fp.write(_header_line(conversation))
+                    conversations += 1
+                if page:
+                    fp.write("\n".join(m.model_dump_json() for m in page))
+                    fp.write("\n")
+                    messages += len(page)
+                    if progress is not None:
+                        progress(len(page))
+        finally:
+            # A write that fails (a full disk, a closed pipe) or a progress callback
+            # that raises: the snapshot's connection is released now, not when the
+            # exception's traceback lets the generator go (its open transaction held
+            # its locks until then: a TRUNCATE or migration waited behind it).
+            stream.close()
         for summary in summaries:
             fp.write(_summary_line(summary))
         summary_count += len(summaries)
@@ -482,6 +503,8 @@ def import_jsonl(
     """
     _check_store(store, "import_jsonl")
     _stateio.check_readable(fp, "import_jsonl")
+    replace = check_flag(replace, "replace")
+    _check_progress(progress, "import_jsonl")
     target = _base.check_conversation_id(rename) if rename is not None else None
     lines = _Lines(fp)
     done: list[ImportedConversation] = []

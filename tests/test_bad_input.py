@@ -352,3 +352,79 @@ def test_a_value_repr_cannot_show_is_named_in_a_clear_error(
         assert [m.content for m in store.messages("c")] == ["hi"]
     finally:
         store.close()
+
+
+async def test_yes_no_arguments_take_only_bools(store: Any) -> None:
+    """``bool(value)`` took ``replace="no"`` as yes: the stored conversation was replaced.
+    Every yes/no argument of the store now takes True or False only."""
+    import io
+
+    from memstore.errors import InvalidInputError
+
+    await call(store.append("c", Message.user("kept")))
+    state = await call(store.save_state("c"))
+    await call(store.append("c", Message.user("newer")))
+    for bad in ("no", 0, None, [], 10**5000):
+        with pytest.raises(InvalidInputError, match="replace must be True or False"):
+            await call(store.load_state(state, "c", replace=bad))
+        with pytest.raises(InvalidInputError, match="replace must be True or False"):
+            await call(store.restore_state(io.StringIO(state.to_json()), "c", replace=bad))
+        with pytest.raises(InvalidInputError, match="newest_first must be True or False"):
+            await call(store.messages("c", newest_first=bad))
+    assert [m.content for m in await call(store.messages("c"))] == ["kept", "newer"]
+
+
+def test_yes_no_arguments_of_the_builder_and_migrations_take_only_bools(tmp_path: Any) -> None:
+    from memstore import migrate
+    from memstore.builder import Block, ContextBuilder, Tier
+    from memstore.errors import InvalidInputError
+    from memstore.strategies import Drop
+
+    compiled = ContextBuilder(100).add_block(
+        Block("b", tier=Tier.HISTORY, strategy=Drop(), messages=[Message.user("hi")])
+    ).compile()
+    with pytest.raises(InvalidInputError, match="cache_control must be True or False"):
+        compiled.to_openai(cache_control="no")
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    for run in (lambda: migrate.upgrade(url, sql="no"),
+                lambda: migrate.downgrade(url, "base", sql=1),
+                lambda: migrate.validate_revision("head", "upgrade", sql="yes")):
+        with pytest.raises(InvalidInputError, match="sql must be True or False"):
+            run()
+    assert not (tmp_path / "m.db").exists()
+
+
+async def test_export_and_import_check_their_arguments_before_writing(store: Any) -> None:
+    """``progress=5`` raised TypeError after the first page was written (a half-written
+    file); ``conversation_ids=5`` a raw TypeError; ``replace="no"`` replaced."""
+    import io
+
+    from memstore import transfer
+    from memstore.errors import InvalidInputError
+
+    if type(store).__name__ != "MemoryStore":
+        pytest.skip("export_jsonl and import_jsonl take the sync store")
+    store.append("c", Message.user("hi"))
+    out = io.StringIO()
+    with pytest.raises(InvalidInputError, match="progress must be a callable"):
+        transfer.export_jsonl(store, out, progress=5)
+    with pytest.raises(InvalidInputError, match="conversation_ids must be a list of ids"):
+        transfer.export_jsonl(store, out, 5)  # type: ignore[arg-type]
+    assert out.getvalue() == ""
+    transfer.export_jsonl(store, out)
+    for kwargs in ({"progress": 5}, {"replace": "no"}):
+        with pytest.raises(InvalidInputError, match=r"(progress|replace) must be"):
+            transfer.import_jsonl(store, io.StringIO(out.getvalue()), **kwargs)
+    assert [m.content for m in store.messages("c")] == ["hi"]
+
+
+@pytest.mark.parametrize("bad", [None, 5, "text", {"role": "user", "content": "x"},
+                                 [Message.user("a"), {"role": "user", "content": "x"}],
+                                 Message.user("one")])
+def test_renderers_name_what_is_not_a_list_of_messages(bad: Any) -> None:
+    from memstore.errors import InvalidInputError
+    from memstore.formats import to_anthropic, to_responses
+
+    for render in (to_anthropic, to_responses):
+        with pytest.raises(InvalidInputError, match="Message"):
+            render(bad)

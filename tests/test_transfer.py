@@ -603,3 +603,29 @@ def test_pager_trims_to_the_announced_newest_seq_and_stops() -> None:
     assert pager.take(page(5), None) == (page(5), False)
     pager = Pager(3, snapshot=True)  # one snapshot: no trimming, a short page ends it
     assert pager.take(page(1, 2, 3), 5)[1] and not pager.take(page(4, 5), None)[1]
+
+
+def test_an_export_that_fails_midway_releases_its_snapshot_at_once(sync_store: Any) -> None:
+    """A progress callback that raises, or a write that fails (a full disk, a closed
+    pipe), left the conversation's snapshot open for as long as the exception's
+    traceback was referenced: its connection stayed checked out with its transaction,
+    whose locks made a TRUNCATE or a migration wait."""
+    sync_store.extend("c", [Message.user(f"m{i}") for i in range(transfer.EXPORT_PAGE + 5)])
+
+    def fails(n: int) -> None:
+        raise RuntimeError("progress bar broke")
+
+    class FullDisk(io.StringIO):
+        def write(self, text: str) -> int:
+            if self.tell() > 100:
+                raise OSError(28, "No space left on device")
+            return super().write(text)
+
+    kept: list[BaseException] = []  # as a logger or a test runner keeps the exception
+    for run in (lambda: export_jsonl(sync_store, io.StringIO(), progress=fails),
+                lambda: export_jsonl(sync_store, FullDisk())):
+        with pytest.raises((RuntimeError, OSError)) as caught:
+            run()
+        kept.append(caught.value)
+        assert sync_store.engine.pool.checkedout() == 0
+    assert len(kept) == 2
