@@ -84,8 +84,18 @@ def test_every_cli_command_is_documented() -> None:
             assert f"`memstore {words[1]}" in overview, f"{parser.prog} is not in the overview"
 
 
+def gen_cli_docs_python() -> tuple[int, ...]:
+    """The Python version ``scripts/gen_cli_docs.py`` formats docs/cli.md with."""
+    match = re.search(r"^PYTHON = \((\d+), (\d+)\)$",
+                      (ROOT / "scripts" / "gen_cli_docs.py").read_text(), flags=re.M)
+    assert match is not None
+    return tuple(map(int, match.groups()))
+
+
 @pytest.mark.parametrize("script", ["gen_view_docs.py", "gen_cli_docs.py", "gen_demo_svg.py"])
 def test_generated_docs_are_fresh(script: str) -> None:
+    if script == "gen_cli_docs.py" and sys.version_info[:2] != gen_cli_docs_python():
+        pytest.skip("docs/cli.md holds another Python's argparse layout (gen_cli_docs.PYTHON)")
     result = subprocess.run([sys.executable, str(ROOT / "scripts" / script), "--check"],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
