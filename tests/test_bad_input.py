@@ -394,16 +394,15 @@ def test_yes_no_arguments_of_the_builder_and_migrations_take_only_bools(tmp_path
     assert not (tmp_path / "m.db").exists()
 
 
-async def test_export_and_import_check_their_arguments_before_writing(store: Any) -> None:
+def test_export_and_import_check_their_arguments_before_writing(db_url: str) -> None:
     """``progress=5`` raised TypeError after the first page was written (a half-written
     file); ``conversation_ids=5`` a raw TypeError; ``replace="no"`` replaced."""
     import io
 
-    from memstore import transfer
+    from memstore import MemoryStore, transfer
     from memstore.errors import InvalidInputError
 
-    if type(store).__name__ != "MemoryStore":
-        pytest.skip("export_jsonl and import_jsonl take the sync store")
+    store = MemoryStore(db_url)
     store.append("c", Message.user("hi"))
     out = io.StringIO()
     with pytest.raises(InvalidInputError, match="progress must be a callable"):
@@ -416,6 +415,7 @@ async def test_export_and_import_check_their_arguments_before_writing(store: Any
         with pytest.raises(InvalidInputError, match=r"(progress|replace) must be"):
             transfer.import_jsonl(store, io.StringIO(out.getvalue()), **kwargs)
     assert [m.content for m in store.messages("c")] == ["hi"]
+    store.close()
 
 
 @pytest.mark.parametrize("bad", [None, 5, "text", {"role": "user", "content": "x"},
