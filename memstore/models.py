@@ -303,7 +303,9 @@ class Message(BaseModel):
     @field_validator("score", mode="before")
     @classmethod
     def _check_score_range(cls, value: Any) -> Any:
-        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _MAX_FLOAT:
+        if isinstance(value, bool):  # as set_score refuses it: True is no importance
+            raise ValueError(f"score must be a number, not the bool {value}")
+        if isinstance(value, int) and abs(value) > _MAX_FLOAT:
             raise ValueError(f"score must be finite and >= 0, got an integer of "
                              f"{value.bit_length()} bits (too large for a float)")
         return value

@@ -32,6 +32,8 @@ def _bad_messages() -> list[tuple[str, Any, str]]:
         ("negative-score", {"role": "user", "content": "x", "score": -0.5}, "score"),
         ("nan-score", {"role": "user", "content": "x", "score": float("nan")}, "score"),
         ("inf-score", {"role": "user", "content": "x", "score": float("inf")}, "score"),
+        # stored as 1.0 while set_score refused True
+        ("bool-score", {"role": "user", "content": "x", "score": True}, "not the bool True"),
         ("nul-in-content", {"role": "user", "content": "bad\x00byte"}, "NUL"),
         ("nul-in-name", {"role": "user", "content": "x", "name": "a\x00b"}, "NUL"),
         ("set-in-metadata", {"role": "user", "content": "x", "metadata": {"tags": {1, 2}}},
