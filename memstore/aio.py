@@ -38,6 +38,7 @@ from memstore.errors import (
     ConfigurationError,
     ConnectionLostError,
     ConversationNotFoundError,
+    InvalidInputError,
     translate_db_errors,
 )
 from memstore.migrate import amigration_turn
@@ -376,8 +377,7 @@ class AsyncMemoryStore:
 
     def context(self, conversation_id: str, view: ContextView) -> AsyncChatContext:
         """A stateful async handle on one conversation read through ``view``."""
-        return AsyncChatContext(self, _base.check_conversation_id(conversation_id),
-                                _base.check_view(view))
+        return AsyncChatContext(self, conversation_id, view)
 
     # ---- destructive ----------------------------------------------------------------
 
@@ -582,9 +582,13 @@ class AsyncChatContext:
     """:class:`memstore.store.ChatContext` on asyncio (``await ctx.add_message(...)``)."""
 
     def __init__(self, store: AsyncMemoryStore, conversation_id: str, view: ContextView) -> None:
+        if not isinstance(store, AsyncMemoryStore):
+            raise InvalidInputError(
+                f"AsyncChatContext needs a AsyncMemoryStore, not {type(store).__name__}"
+            )
         self._store = store
-        self.conversation_id = conversation_id
-        self.view = view
+        self.conversation_id = _base.check_conversation_id(conversation_id)
+        self.view = _base.check_view(view)
 
     async def add_message(self, message: MessageLike) -> StoredMessage:
         """Store a message."""

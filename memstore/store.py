@@ -29,7 +29,12 @@ from memstore._base import Durability, MessageLike, MigrateMode, Plan, Summarize
 from memstore._cache import DEFAULT_CACHE_SIZE, CacheInfo
 from memstore._engine import make_engine, turn_of, write_options
 from memstore._validate import check_flag
-from memstore.errors import ConnectionLostError, ConversationNotFoundError, translate_db_errors
+from memstore.errors import (
+    ConnectionLostError,
+    ConversationNotFoundError,
+    InvalidInputError,
+    translate_db_errors,
+)
 from memstore.migrate import migration_turn
 from memstore.models import (
     ContextWindow,
@@ -321,8 +326,7 @@ class MemoryStore:
 
     def context(self, conversation_id: str, view: ContextView) -> ChatContext:
         """A stateful handle on one conversation read through ``view``."""
-        return ChatContext(self, _base.check_conversation_id(conversation_id),
-                           _base.check_view(view))
+        return ChatContext(self, conversation_id, view)
 
     # ---- destructive ----------------------------------------------------------------
 
@@ -659,9 +663,13 @@ class ChatContext:
     """
 
     def __init__(self, store: MemoryStore, conversation_id: str, view: ContextView) -> None:
+        if not isinstance(store, MemoryStore):
+            raise InvalidInputError(
+                f"ChatContext needs a MemoryStore, not {type(store).__name__}"
+            )
         self._store = store
-        self.conversation_id = conversation_id
-        self.view = view
+        self.conversation_id = _base.check_conversation_id(conversation_id)
+        self.view = _base.check_view(view)
 
     def add_message(self, message: MessageLike) -> StoredMessage:
         """Store a message."""

@@ -430,3 +430,20 @@ def test_renderers_name_what_is_not_a_list_of_messages(bad: Any) -> None:
     for render in (to_anthropic, to_responses):
         with pytest.raises(InvalidInputError, match="Message"):
             render(bad)
+
+
+async def test_a_chat_context_made_directly_checks_its_arguments(store: Any) -> None:
+    """``ChatContext(5, "c", view)`` was accepted and failed later with AttributeError;
+    a bad id or view made directly (not through ``store.context``) went unchecked."""
+    from memstore import AsyncChatContext, ChatContext, TokenLimitedView
+    from memstore.errors import InvalidInputError
+
+    cls = AsyncChatContext if type(store).__name__ == "AsyncMemoryStore" else ChatContext
+    view = TokenLimitedView(100)
+    for args, needle in (((5, "c", view), "needs a"), ((store, "", view), "conversation id"),
+                         ((store, "c", "view"), "context view")):
+        with pytest.raises(InvalidInputError, match=needle):
+            cls(*args)
+    context = cls(store, "c", view)
+    await call(context.add_message(Message.user("hi")))
+    assert [m.content for m in await call(context.get_messages())] == ["hi"]
