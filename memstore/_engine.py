@@ -101,6 +101,12 @@ def parse_url(url: str | URL) -> URL:
     elif isinstance(url, str):
         if "\x00" in url:
             raise ConfigurationError("the database URL contains a NUL character")
+        surrogate = next((i for i, ch in enumerate(url) if "\ud800" <= ch <= "\udfff"), None)
+        if surrogate is not None:  # no driver can encode it (bytes decoded with surrogateescape)
+            raise ConfigurationError(
+                f"the database URL contains a lone surrogate at index {surrogate}: it is "
+                "not text (was it decoded with surrogateescape?)"
+            )
         try:
             u = make_url(url)
         except (sa_exc.ArgumentError, ValueError) as exc:
@@ -183,6 +189,10 @@ def _create(factory: Any, u: URL, kwargs: dict[str, Any]) -> Any:
         ) from exc
     except TypeError as exc:  # an engine option the dialect or pool does not take
         raise ConfigurationError(f"invalid engine option: {exc}") from exc
+    except ValueError as exc:  # a URL query value the driver cannot read (?timeout=abc)
+        raise ConfigurationError(
+            f"cannot use {u.render_as_string(hide_password=True)!r}: {exc}"
+        ) from exc
 
 
 def _is_memory(u: URL) -> bool:

@@ -434,6 +434,11 @@ def test_stored_message_timestamps_out_of_range_are_validation_errors() -> None:
     ("mysql://u@localhost/db", "does not support the database 'mysql'"),
     ("mysql+pymysql://u@localhost/db", "does not support the database 'mysql'"),
     ("oracle://u@localhost/db", "does not support"),
+    # UnicodeEncodeError from the driver, and a plain ValueError from the dialect, before
+    ("sqlite:////tmp/\ud800.db", "lone surrogate at index 15"),
+    ("postgresql://\udcff@127.0.0.1/postgres", "lone surrogate"),
+    ("sqlite:///memstore-never-created.db?timeout=abc", "could not convert"),
+    ("sqlite:///memstore-never-created.db?check_same_thread=maybe", "'maybe'"),
 ])
 async def test_bad_urls_are_configuration_errors(url: str, needle: str) -> None:
     for factory in (MemoryStore, AsyncMemoryStore):
