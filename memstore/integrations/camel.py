@@ -116,8 +116,15 @@ def record_to_message(record: MemoryRecord) -> Message:
         InvalidInputError: a function/tool record that is not a FunctionCallingMessage,
             or an ``extra_info["score"]`` that is not a number.
     """
-    projection = _projection(record)
-    data = _jsonable(record.to_dict())
+    try:
+        projection = _projection(record)
+        data = _jsonable(record.to_dict())
+    except RecursionError:
+        raise InvalidInputError("the record is nested too deeply to store as JSON") from None
+    except (TypeError, ValueError) as exc:  # (an InvalidInputError is a ValueError)
+        if isinstance(exc, InvalidInputError):
+            raise
+        raise InvalidInputError(f"the record cannot be stored as JSON: {exc}") from exc
     score = 1.0
     raw_score = record.extra_info.get("score")
     if raw_score is not None:
@@ -179,19 +186,28 @@ def message_to_record(message: StoredMessage) -> MemoryRecord:
     timestamp.
     """
     data = message.metadata.get(METADATA_KEY)
-    if not isinstance(data, dict):
+    if not isinstance(data, dict) or not isinstance(data.get("message"), dict):
         return _foreign_record(message)
     record_dict: dict[str, Any] = json.loads(json.dumps(data))
     if "content" not in record_dict["message"]:
         record_dict["message"]["content"] = message.text
-    return MemoryRecord.from_dict(record_dict)
+    try:
+        return MemoryRecord.from_dict(record_dict)
+    except (TypeError, ValueError, KeyError, AttributeError):
+        # Not a record CAMEL wrote (another writer's metadata under the key, or a
+        # damaged one): the message's equivalent record, so one bad row does not make
+        # every later read of the memory fail.
+        return _foreign_record(message)
 
 
 def _to_openai(message: Message) -> OpenAIMessage:
     """What CAMEL would send for a window message (its record's own OpenAI form)."""
     if isinstance(message, StoredMessage) and isinstance(
             message.metadata.get(METADATA_KEY), dict):
-        return _projection(message_to_record(message))  # type: ignore[return-value]
+        try:
+            return _projection(message_to_record(message))  # type: ignore[return-value]
+        except (TypeError, ValueError, RecursionError):
+            pass  # a record CAMEL cannot render: the message's own OpenAI form
     return message.to_openai()  # type: ignore[return-value]
 
 

@@ -77,6 +77,7 @@ from memstore.integrations._common import (
     check_view,
     read_history,
     read_history_sync,
+    shown,
     unescaped_json,
     valid_name,
 )
@@ -266,8 +267,8 @@ def _tool_calls(calls: Sequence[dict[str, Any]]) -> list[ToolCall] | None:
             return None
         try:
             out.append(ToolCall(id=call_id, name=name, arguments=_arguments(args)))
-        except (TypeError, ValueError):  # not JSON, or not a valid memstore call
-            return None
+        except (TypeError, ValueError, RecursionError):  # not JSON, or nested too deeply
+            return None                                    # for it, or not a valid call
     if [_lc_call(c) for c in out] != list(calls):
         return None
     return out
@@ -307,7 +308,9 @@ def _invalid_keys(invalid: Any) -> set[tuple[Any, Any, Any]]:
     """``(id, name, args)`` of the stashed ``invalid_tool_calls`` (to recognise their calls)."""
     if not isinstance(invalid, list):
         return set()
-    return {(c.get("id"), c.get("name"), c.get("args")) for c in invalid if isinstance(c, dict)}
+    keys = ((c.get("id"), c.get("name"), c.get("args")) for c in invalid if isinstance(c, dict))
+    # (a stash another writer made may hold lists where strings belong: not hashable)
+    return {k for k in keys if all(v is None or isinstance(v, str) for v in k)}
 
 
 def _read_calls(calls: Sequence[ToolCall], invalid: Any
@@ -359,14 +362,14 @@ def to_memstore(message: BaseMessage) -> Message:
         role = data["role"]
         if role not in ("user", "assistant", "system", "developer"):
             raise InvalidInputError(
-                f"ChatMessage role {role!r} has no memstore role "
+                f"ChatMessage role {shown(role)} has no memstore role "
                 "(user, assistant, system, developer)"
             )
     elif kind in _ROLE_OF:
         role = _ROLE_OF[kind]
     else:
         raise InvalidInputError(
-            f"LangChain {type(message).__name__} (type {kind!r}) cannot be stored: memstore "
+            f"LangChain {type(message).__name__} (type {shown(kind)}) cannot be stored: memstore "
             "keeps human, ai, system, tool and chat messages (use ToolMessage for results)"
         )
     extras = data.get("additional_kwargs") or {}
@@ -416,11 +419,26 @@ def to_memstore(message: BaseMessage) -> Message:
 
 
 def _one(message: Message) -> BaseMessage:
+    """The LangChain message ``message`` stores: from its stash, else from its fields.
+
+    A stash LangChain cannot build a message from (written by another writer under
+    the same key, or damaged) is ignored, so one bad row does not make every later
+    read of the session fail.
+    """
     stash = message.metadata.get(_KEY)
+    if isinstance(stash, dict):
+        try:
+            return _built(message, stash)
+        except (TypeError, ValueError, KeyError, AttributeError):
+            pass
+    return _built(message, None)
+
+
+def _built(message: Message, stash: dict[str, Any] | None) -> BaseMessage:
     # a deep copy: LangChain code may change a message's dicts and lists (additional_kwargs,
     # response_metadata…), which must not reach the stored message (read-only when read
     # from a store, and shared with later reads)
-    lc: dict[str, Any] = copy.deepcopy(dict(stash)) if isinstance(stash, dict) else {}
+    lc: dict[str, Any] = copy.deepcopy(dict(stash)) if stash is not None else {}
     kind = lc.pop("type", _TYPE_OF[message.role])
     data: dict[str, Any] = {"content": lc.pop("content") if "content" in lc
                             else _canonical(message.content)}

@@ -367,6 +367,8 @@ def _plain(item: Any) -> Item:
         plain = json.loads(json.dumps(item))
     except (TypeError, ValueError) as exc:
         raise InvalidInputError(f"an item must be JSON data: {exc}") from exc
+    except RecursionError:
+        raise InvalidInputError("an item must be JSON data: it is nested too deeply") from None
     if plain != item:
         raise InvalidInputError("an item must be JSON data (it changed in a JSON round trip)")
     return plain  # type: ignore[no-any-return]
@@ -410,8 +412,12 @@ def items_to_messages(items: Iterable[Any], *,
 def _items_of(message: StoredMessage | Message) -> list[Item]:
     """The items a message was written from (or its equivalent items)."""
     data = message.metadata.get(METADATA_KEY)
-    if isinstance(data, Mapping) and isinstance(data.get("items"), list):
-        return copy.deepcopy(data["items"])  # type: ignore[arg-type]
+    stashed = data.get("items") if isinstance(data, Mapping) else None
+    # Another writer's metadata under the key (an empty list, items that are not
+    # dicts) is not the session's: the message's equivalent items are used instead
+    # (``pop_item`` took ``items[-1]`` of an empty list).
+    if isinstance(stashed, list) and stashed and all(isinstance(i, Mapping) for i in stashed):
+        return copy.deepcopy(stashed)  # type: ignore[arg-type]
     if message.role == "tool":
         return [{"type": "function_call_output", "call_id": message.tool_call_id,
                  "output": message.text}]

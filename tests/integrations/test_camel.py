@@ -557,3 +557,16 @@ async def test_changing_what_camel_got_does_not_change_the_memory(store: Any) ->
                     calls["function"]["name"] = "changed"
     assert memory.get_context() == expected_context
     assert [r.memory_record.to_dict() for r in memory.retrieve()] == expected_records
+
+
+async def test_a_damaged_stash_does_not_break_the_memory(store: Any) -> None:
+    """A ``metadata["camel"]`` that is not a record CAMEL wrote (another writer's, or
+    damaged) made ``retrieve`` and ``get_context`` raise KeyError or TypeError for
+    every later read; such a message reads as the equivalent record now."""
+    for bad in ({"message": 5}, {}, {"message": {"role_name": 1}},
+                {"message": {}, "role_at_backend": "nope"}):
+        await call(store.append("d", Message.user("c", metadata={"camel": bad})))
+    memory = MemstoreAgentMemory("d", store)
+    assert [r.memory_record.message.content for r in memory.retrieve()] == ["c"] * 4
+    messages, _ = memory.get_context()
+    assert [m["content"] for m in messages] == ["c"] * 4

@@ -703,3 +703,37 @@ async def test_reads_grow_with_the_window_not_the_history(store: Any, monkeypatc
 
 async def test_constructor_refuses_what_the_store_would(store: Any) -> None:
     assert_constructor_refuses_what_the_store_would(MemstoreChatMessageHistory, store, "session_id")
+
+
+# (pydantic warns when it dumps the model_construct-ed message with an int role)
+@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings:UserWarning")
+async def test_a_damaged_stash_or_hostile_message_fails_cleanly(store: Any) -> None:
+    """A ``metadata["langchain"]`` that LangChain cannot build a message from (another
+    writer's, or damaged) made every later read of the session raise (ValueError,
+    TypeError "unhashable"); it is ignored now, and the message read from its fields.
+    A role repr() cannot show, and tool arguments nested past JSON's depth, raised raw."""
+    await call(store.append("d", Message.user("one", metadata={"langchain": {"type": "nope"}})))
+    await call(store.append("d", Message.user("two", metadata={"langchain": {"tool_calls": 5}})))
+    await call(store.append("d", Message(
+        role="assistant", content="three", tool_calls=[ToolCall(id="t", name="f", arguments="x")],
+        metadata={"langchain": {"invalid_tool_calls": [{"id": ["x"], "name": "f",
+                                                        "args": "x"}]}})))
+    await call(store.append("d", Message.tool("r", tool_call_id="t")))
+    history = MemstoreChatMessageHistory("d", store)
+    got = await history.aget_messages()
+    assert [type(m).__name__ for m in got] == ["HumanMessage", "HumanMessage", "AIMessage",
+                                                "ToolMessage"]
+    assert [m.content for m in got] == ["one", "two", "three", "r"]
+
+    nested: dict[str, Any] = {}
+    inner = nested
+    for _ in range(5_000):
+        inner["a"] = {}
+        inner = inner["a"]
+    bad = [AIMessage(content="", tool_calls=[{"name": "f", "args": nested, "id": "n1"}]),
+           ChatMessage.model_construct(content="x", type="chat", role=10**5000,
+                                       additional_kwargs={}, response_metadata={})]
+    for message in bad:
+        with pytest.raises((InvalidInputError, ValidationError)):
+            await history.aadd_messages([message])
+    assert len(await call(store.messages("d"))) == 4

@@ -1117,3 +1117,24 @@ async def test_runner_passes_session_settings_limit(store: Any) -> None:
 
 async def test_constructor_refuses_what_the_store_would(store: Any) -> None:
     assert_constructor_refuses_what_the_store_would(MemstoreSession, store, "session_id")
+
+
+async def test_a_damaged_stash_does_not_break_the_session(store: Any) -> None:
+    """A ``metadata["openai_agents"]`` holding no items (another writer's, or damaged)
+    made ``pop_item`` raise IndexError; such a stash is ignored, the message's own items
+    used. An item nested past JSON's depth raised RecursionError."""
+    await call(store.append("d", Message.user("z", metadata={"openai_agents": {"items": []}})))
+    await call(store.append("d", Message.user("y", metadata={"openai_agents": {"items": [1]}})))
+    session = MemstoreSession("d", store)
+    assert await session.get_items() == [{"role": "user", "content": "z"},
+                                         {"role": "user", "content": "y"}]
+    assert await session.pop_item() == {"role": "user", "content": "y"}
+    assert await session.pop_item() == {"role": "user", "content": "z"}
+    assert await session.pop_item() is None
+
+    nested: list[Any] = []
+    for _ in range(5_000):
+        nested = [nested]
+    with pytest.raises(InvalidInputError, match="nested too deeply"):
+        await session.add_items([{"role": "user", "content": nested}])
+    assert await session.get_items() == []
