@@ -710,13 +710,14 @@ def replacements(result: Any, read: list[StoredMessage],
         if id(m) not in as_read:
             # Validated again, as extend validates: model_copy(update=...) and
             # model_construct skip pydantic's checks (ValidationError names the field).
+            # (a field model_construct left unset is missing, and reported so)
             m = items[i] = type(m).model_validate(
-                {name: getattr(m, name) for name in type(m).model_fields})
+                {name: getattr(m, name) for name in type(m).model_fields if hasattr(m, name)})
         if m.id is not None:
             j = seen.setdefault(m.id, i)
             if j != i:
                 raise InvalidInputError(
-                    f"message id {m.id!r} is the id of items {j} and {i} of rewrite's result "
+                    f"message id {_short(m.id)} is the id of items {j} and {i} of rewrite's result "
                     "(message ids are unique within a conversation)"
                 )
     by_id = {m.id: m for m in read}

@@ -55,7 +55,7 @@ from typing import Any, ClassVar, Literal, cast
 
 from pydantic import JsonValue
 
-from memstore._validate import MAX_JSON_FLOAT, text_problem
+from memstore._validate import MAX_JSON_FLOAT, MAX_SEQ, text_problem
 from memstore._viewparts import (
     _budget_check,
     _budget_page,
@@ -70,7 +70,7 @@ from memstore._viewparts import (
     _normalize_tools,
     _short,
 )
-from memstore.errors import ConfigurationError, MemstoreError
+from memstore.errors import ConfigurationError, InvalidInputError, MemstoreError
 from memstore.history import HistorySource, ListHistory
 from memstore.models import (
     ContextWindow,
@@ -356,7 +356,17 @@ class HeadAndTailView(ContextView):
             )
 
     def placeholder_text(self, skipped: int) -> str:
-        """The placeholder text for ``skipped`` messages."""
+        """The placeholder text for ``skipped`` messages.
+
+        Raises:
+            InvalidInputError: ``skipped`` is not an int in ``[0, 2**62]``.
+        """
+        if (not isinstance(skipped, int) or isinstance(skipped, bool)
+                or not 0 <= skipped <= MAX_SEQ):
+            raise InvalidInputError(
+                f"skipped must be a count of messages (an int in [0, 2**62]), "
+                f"got {_short(skipped)}"
+            )
         word = "message" if skipped == 1 else "messages"
         return self.placeholder_template.format(n=skipped, messages=word)
 

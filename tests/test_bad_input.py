@@ -447,3 +447,26 @@ async def test_a_chat_context_made_directly_checks_its_arguments(store: Any) -> 
     context = cls(store, "c", view)
     await call(context.add_message(Message.user("hi")))
     assert [m.content for m in await call(context.get_messages())] == ["hi"]
+
+
+def test_a_placeholder_count_is_checked() -> None:
+    """``placeholder(10**5000)`` raised ValueError from str(), a template's float
+    format raised OverflowError past float's range, and None or -1 made
+    "Skipped None messages."."""
+    from memstore import HeadAndTailView
+    from memstore.errors import InvalidInputError
+
+    view = HeadAndTailView(head_size=1, tail_size=1, placeholder_template="{n:,.3e} gone")
+    for bad in (10**5000, 2**62 + 1, -1, None, "3", True, 2.0):
+        with pytest.raises(InvalidInputError, match="skipped must be a count"):
+            view.placeholder(bad)
+    assert view.placeholder(2**62).content == "4.612e+18 gone"
+
+
+async def test_a_rewrite_returning_an_unfilled_model_is_named(store: Any) -> None:
+    """``Message.model_construct()`` (no fields set) made rewrite raise AttributeError
+    while reading its fields for validation; the missing field is named now."""
+    await call(store.append("c", Message.user("kept")))
+    with pytest.raises(pydantic.ValidationError, match="role"):
+        await call(store.rewrite("c", lambda messages: [Message.model_construct()]))
+    assert [m.content for m in await call(store.messages("c"))] == ["kept"]

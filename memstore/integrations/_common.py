@@ -53,6 +53,7 @@ from memstore.views import ContextView, UnboundedView
 __all__ = [
     "AnyStore",
     "check_store",
+    "check_flag",
     "check_view",
     "pending_turn",
     "read_history",
@@ -102,6 +103,13 @@ def check_conversation(store: AnyStore, conversation_id: Any, view: ContextView,
         return store.context(conversation_id, view).conversation_id
     except InvalidInputError as exc:
         raise InvalidInputError(f"{argument}: {exc}") from None
+
+
+def check_flag(value: Any, name: str) -> bool:
+    """A yes/no argument: ``True`` or ``False`` only (``bool("no")`` is true)."""
+    if not isinstance(value, bool):
+        raise InvalidInputError(f"{name} must be True or False, got {shown(value)}")
+    return value
 
 
 def shown(value: Any, limit: int = 60) -> str:

@@ -59,6 +59,7 @@ from memstore.formats import is_error_of, with_hints
 from memstore.integrations._common import (
     AnyStore,
     check_conversation,
+    check_flag,
     check_store,
     check_view,
     read_history,
@@ -148,6 +149,7 @@ def to_memstore(message: LLMMessage, *, anchor: bool = True) -> list[Message]:
         pydantic.ValidationError: a value memstore cannot store (an empty call id…).
     """
     extra: dict[str, Any] = {}
+    anchor = check_flag(anchor, "anchor")
     if isinstance(message, SystemMessage):
         if anchor:
             return [Message(role="system", content=message.content)]

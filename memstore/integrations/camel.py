@@ -41,7 +41,7 @@ from memstore.errors import (
     InvalidInputError,
     MissingDependencyError,
 )
-from memstore.integrations._common import shown
+from memstore.integrations._common import check_flag, shown
 from memstore.models import Message, StoredMessage
 from memstore.store import MemoryStore
 from memstore.tokens import TokenCounter
@@ -404,7 +404,7 @@ class MemstoreAgentMemory(AgentMemory):
         self.keep_rate = getattr(view, "keep_rate", keep_rate)
         self._creator = MemstoreContextCreator(view, self._store.counter)
         self._agent_id = agent_id
-        self._resume = resume
+        self._resume = check_flag(resume, "resume")
         # Adoption by a ChatAgent (see the class doc): the first clear() after the
         # agent_id setter is skipped (``_skip_clear``), and that skip arms
         # ``_skip_system`` for the system message the agent writes right after. Both are

@@ -535,3 +535,10 @@ def test_messages_from_elsewhere_read_back() -> None:
 async def test_constructor_refuses_what_the_store_would(store: Any) -> None:
     assert_constructor_refuses_what_the_store_would(
         MemstoreChatCompletionContext, store, "conversation_id")
+
+
+def test_anchor_takes_only_a_bool() -> None:
+    """``anchor="no"`` was taken as yes: the system message was stored anchored."""
+    for bad in ("no", 0, None):
+        with pytest.raises(InvalidInputError, match="anchor must be True or False"):
+            to_memstore(SystemMessage(content="x"), anchor=bad)  # type: ignore[arg-type]

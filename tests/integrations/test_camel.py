@@ -354,6 +354,8 @@ def test_bad_configuration() -> None:
             MemstoreAgentMemory("c", object())  # type: ignore[arg-type]
         with pytest.raises(ValueError):
             MemstoreAgentMemory("", store)
+        with pytest.raises(InvalidInputError, match="resume must be True or False"):
+            MemstoreAgentMemory("c", store, resume="no")  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError):
         MemstoreAgentMemory("c", AsyncMemoryStore("sqlite://", counter=COUNTER))
 
