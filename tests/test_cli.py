@@ -1009,3 +1009,25 @@ def test_window_budget_error_suggests_a_budget(url: str, capsys: Any) -> None:
         code, _, err = run(capsys, "window", "c", "--budget", str(needed - 1), *extra,
                            "--url", url)
         assert code == 1, err  # the smallest budget that works
+
+
+def test_import_of_an_integer_json_cannot_read_names_the_line(url: str, capsys: Any,
+                                                              tmp_path: Path) -> None:
+    """An integer of more than 4,300 digits made json.loads raise a plain ValueError,
+    which reached the catch-all message naming no file or line."""
+    huge = "9" * 5000
+    dump = tmp_path / "huge.jsonl"
+    dump.write_text('{"role": "user", "content": "ok"}\n{"role": "user", "content": "x", '
+                    f'"score": {huge}}}\n')
+    code, _, err = run(capsys, "import", str(dump), "--format", "openai", "--into", "c",
+                       "--url", url)
+    assert code == 1 and f"{dump}:2: not JSON memstore can read" in one_error_line(err), err
+    dump.write_text(f'[{{"role": "user", "content": "x", "score": {huge}}}]')
+    code, _, err = run(capsys, "import", str(dump), "--format", "openai", "--into", "c",
+                       "--url", url)
+    assert code == 1 and f"{dump}: not JSON memstore can read" in one_error_line(err), err
+    dump.write_text(f"{huge}\n")
+    code, _, err = run(capsys, "import", str(dump), "--url", url)
+    assert code == 1 and f"{dump}:1: not JSON memstore can read" in one_error_line(err), err
+    with MemoryStore(url) as store:
+        assert store.list_conversations() == []

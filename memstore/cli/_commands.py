@@ -495,6 +495,8 @@ def _openai_items(text: str, name: str) -> list[tuple[str, Any]]:
             raise FileFormatError(f"{name}:{exc.lineno}: not JSON: {exc.msg}") from None
         except RecursionError:
             raise FileFormatError(f"{name}: {JSON_TOO_DEEP}") from None
+        except ValueError as exc:  # an integer of more than 4,300 digits
+            raise FileFormatError(f"{name}: not JSON memstore can read: {exc}") from None
         return [(f"{name}: item {i}", item) for i, item in enumerate(items, 1)]
     pairs = []
     for lineno, line in enumerate(text.splitlines(), 1):
@@ -512,6 +514,8 @@ def _json_line(line: str, where: str) -> Any:
         raise FileFormatError(f"{where}: not JSON: {exc.msg}") from None
     except RecursionError:
         raise FileFormatError(f"{where}: {JSON_TOO_DEEP}") from None
+    except ValueError as exc:  # an integer of more than 4,300 digits
+        raise FileFormatError(f"{where}: not JSON memstore can read: {exc}") from None
 
 
 def _import_openai(args: argparse.Namespace) -> int:
