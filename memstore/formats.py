@@ -45,7 +45,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from memstore._validate import check_json, short_repr
+from memstore._validate import check_flag, check_json, short_repr
 from memstore.errors import InvalidInputError
 from memstore.models import ImagePart, ImageURL, Message, TextPart, ToolCall
 
@@ -87,13 +87,24 @@ def with_hints(metadata: Mapping[str, Any] | None = None, *,
 
     Returns:
         The new metadata dict; hints given as ``None`` are left as they were.
+
+    Raises:
+        InvalidInputError: ``metadata`` or ``cache_control`` is not a mapping, or
+            ``is_error`` is not a bool.
     """
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise InvalidInputError(f"metadata must be a mapping, not {type(metadata).__name__}")
+    if cache_control is not None and not isinstance(cache_control, Mapping):
+        raise InvalidInputError(
+            f"cache_control must be a mapping such as {{'type': 'ephemeral'}}, "
+            f"not {type(cache_control).__name__}"
+        )
     out = dict(metadata or {})
     hints = dict(_hints(out))
     if cache_control is not None:
         hints["cache_control"] = dict(cache_control)
     if is_error is not None:
-        hints["is_error"] = is_error
+        hints["is_error"] = check_flag(is_error, "is_error")
     if hints:
         out[HINTS_KEY] = hints
     return out

@@ -470,3 +470,17 @@ async def test_a_rewrite_returning_an_unfilled_model_is_named(store: Any) -> Non
     with pytest.raises(pydantic.ValidationError, match="role"):
         await call(store.rewrite("c", lambda messages: [Message.model_construct()]))
     assert [m.content for m in await call(store.messages("c"))] == ["kept"]
+
+
+def test_with_hints_checks_its_arguments() -> None:
+    """``is_error="yes"`` was stored as a non-bool hint; an int ``metadata`` or
+    ``cache_control`` raised TypeError from ``dict()``."""
+    from memstore.errors import InvalidInputError
+    from memstore.formats import with_hints
+
+    for kwargs, needle in (({"is_error": "yes"}, "is_error must be True or False"),
+                           ({"cache_control": 5}, "cache_control must be a mapping"),
+                           ({"metadata": 5}, "metadata must be a mapping")):
+        with pytest.raises(InvalidInputError, match=needle):
+            with_hints(**kwargs)
+    assert with_hints({"a": 1}, is_error=False) == {"a": 1, "memstore": {"is_error": False}}
