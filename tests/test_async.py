@@ -228,6 +228,8 @@ async def test_a_write_cancelled_inside_its_copy_raises_cancelled_and_writes_not
     await store.close()
 
 
+# (see the end of the test: an upstream race leaves connections to the collector)
+@pytest.mark.filterwarnings("ignore:unclosed database:ResourceWarning")
 async def test_a_cancelled_sqlite_write_does_not_leave_the_database_locked(tmp_path: Any) -> None:
     """A write cancelled inside a statement makes SQLAlchemy close its connection; a
     sqlite3 connection closed while the cancelled call's cursor is still referenced (by

@@ -329,10 +329,10 @@ def _read_calls(calls: Sequence[ToolCall], invalid: Any
             continue
         try:
             args = json.loads(c.arguments)
-        except ValueError:
+        except (ValueError, RecursionError):  # (nested deeper than this Python parses)
             args = None
         if isinstance(args, dict):
-            valid.append(_lc_call(c))
+            valid.append({"name": c.name, "args": args, "id": c.id, "type": "tool_call"})
         else:
             derived.append({"name": c.name, "args": c.arguments, "id": c.id,
                             "error": None, "type": "invalid_tool_call"})
