@@ -584,7 +584,7 @@ class AsyncChatContext:
     def __init__(self, store: AsyncMemoryStore, conversation_id: str, view: ContextView) -> None:
         if not isinstance(store, AsyncMemoryStore):
             raise InvalidInputError(
-                f"AsyncChatContext needs a AsyncMemoryStore, not {type(store).__name__}"
+                f"AsyncChatContext needs an AsyncMemoryStore, not {type(store).__name__}"
             )
         self._store = store
         self.conversation_id = _base.check_conversation_id(conversation_id)

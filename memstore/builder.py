@@ -256,7 +256,7 @@ class Block:
         cache_control: Mapping[str, JsonValue] | None = None,
     ) -> None:
         _check_block_id(id)
-        where = f"block {short_repr(id)}"
+        where = f"block {id!r}"  # (a valid id by now: shown whole)
         if not isinstance(tier, int) or isinstance(tier, bool):
             raise ConfigurationError(
                 f"{where}: tier must be a Tier or an int, got {short_repr(tier)}"
