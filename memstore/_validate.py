@@ -90,6 +90,11 @@ MAX_SEQ = 2**62
 #: Largest per-message token count (the column is a signed 32-bit ``INTEGER``).
 MAX_TOKEN_COUNT = 2**31 - 1
 
+#: Largest value of a view's integer parameters (token limits, sizes, turns) and of a
+#: count a counter may return: the largest integer a float holds exactly, far beyond
+#: any real context window (a larger count is a broken counter).
+MAX_VIEW_INT = 2**53 - 1
+
 #: Longest token counter name (the ``token_counter`` column is ``VARCHAR(64)``).
 MAX_COUNTER_NAME_LENGTH = 64
 

@@ -14,7 +14,7 @@ import string
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from memstore._validate import check_json, short_repr, text_problem
+from memstore._validate import MAX_VIEW_INT, check_json, short_repr, text_problem
 from memstore.errors import ConfigurationError, ContextBudgetError
 from memstore.history import HistorySource
 from memstore.models import (
@@ -41,10 +41,6 @@ __all__ = [
 
 #: Longest placeholder text a HeadAndTailView template may produce (characters).
 MAX_PLACEHOLDER_CHARS = 2000
-
-#: Largest value of a view's integer parameters (token limits, sizes, turns): the
-#: largest integer a float holds exactly, far beyond any real context window.
-MAX_VIEW_INT = 2**53 - 1
 
 #: Largest width or precision a placeholder template's format spec may ask for.
 _MAX_SPEC_NUMBER = 200

@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from memstore._validate import short_repr
+from memstore._validate import MAX_VIEW_INT, short_repr
 from memstore.errors import ConfigurationError, InvalidInputError
 from memstore.models import Message, StoredMessage
 
@@ -123,15 +123,10 @@ def validate_counter(counter: object, what: str = "counter") -> TokenCounter:
     return counter  # type: ignore[return-value]
 
 
-#: The largest count a counter may return (a float holds it exactly); beyond it a
-#: counter is broken, and budget arithmetic and messages would carry its number.
-MAX_COUNT = 2**53
-
-
 def _check_count(counter: object, method: str, value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_COUNT:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_VIEW_INT:
         raise ConfigurationError(
-            f"{_describe(counter)}: {method} must return an int in [0, 2**53], "
+            f"{_describe(counter)}: {method} must return an int in [0, 2**53 - 1], "
             f"got {short_repr(value)}"
         )
     return value
