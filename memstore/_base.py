@@ -368,6 +368,20 @@ def check_view(view: Any) -> ContextView:
     return view
 
 
+def check_context(store: Any, store_type: type, cid: Any, view: Any) -> tuple[str, ContextView]:
+    """A chat context's ``(conversation id, view)``, its store checked to be ``store_type``.
+
+    The sync and async contexts both run it when made, directly or by ``store.context``.
+    """
+    if not isinstance(store, store_type):
+        name = store_type.__name__
+        raise InvalidInputError(
+            f"a chat context needs {'an' if name[0] in 'AEIOU' else 'a'} {name}, "
+            f"not {type(store).__name__}"
+        )
+    return check_conversation_id(cid), check_view(view)
+
+
 def view_config(view: Any) -> dict[str, Any] | None:
     """A view's serialisable configuration (``None`` when there is no view)."""
     if view is None:

@@ -38,7 +38,6 @@ from memstore.errors import (
     ConfigurationError,
     ConnectionLostError,
     ConversationNotFoundError,
-    InvalidInputError,
     translate_db_errors,
 )
 from memstore.migrate import amigration_turn
@@ -582,13 +581,9 @@ class AsyncChatContext:
     """:class:`memstore.store.ChatContext` on asyncio (``await ctx.add_message(...)``)."""
 
     def __init__(self, store: AsyncMemoryStore, conversation_id: str, view: ContextView) -> None:
-        if not isinstance(store, AsyncMemoryStore):
-            raise InvalidInputError(
-                f"AsyncChatContext needs an AsyncMemoryStore, not {type(store).__name__}"
-            )
         self._store = store
-        self.conversation_id = _base.check_conversation_id(conversation_id)
-        self.view = _base.check_view(view)
+        self.conversation_id, self.view = _base.check_context(
+            store, AsyncMemoryStore, conversation_id, view)
 
     async def add_message(self, message: MessageLike) -> StoredMessage:
         """Store a message."""

@@ -32,7 +32,6 @@ from memstore._validate import check_flag
 from memstore.errors import (
     ConnectionLostError,
     ConversationNotFoundError,
-    InvalidInputError,
     translate_db_errors,
 )
 from memstore.migrate import migration_turn
@@ -663,13 +662,9 @@ class ChatContext:
     """
 
     def __init__(self, store: MemoryStore, conversation_id: str, view: ContextView) -> None:
-        if not isinstance(store, MemoryStore):
-            raise InvalidInputError(
-                f"ChatContext needs a MemoryStore, not {type(store).__name__}"
-            )
         self._store = store
-        self.conversation_id = _base.check_conversation_id(conversation_id)
-        self.view = _base.check_view(view)
+        self.conversation_id, self.view = _base.check_context(
+            store, MemoryStore, conversation_id, view)
 
     def add_message(self, message: MessageLike) -> StoredMessage:
         """Store a message."""
