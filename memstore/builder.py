@@ -63,6 +63,7 @@ from memstore.errors import (
     InvalidInputError,
     NotFoundError,
 )
+from memstore.formats import message_list
 from memstore.models import (
     MAX_ID_LENGTH,
     ContextWindow,
@@ -272,15 +273,7 @@ class Block:
             raise ConfigurationError(f"{where} needs exactly one of messages= or history=")
         copied: tuple[Message, ...] | None = None
         if messages is not None:
-            if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
-                raise ConfigurationError(f"{where}: messages must be a list of Message")
-            copied = tuple(messages)
-            for i, m in enumerate(copied):
-                if not isinstance(m, Message):
-                    raise ConfigurationError(
-                        f"{where}: messages[{i}] is a {type(m).__name__}, not a Message "
-                        "(build it with Message.from_openai)"
-                    )
+            copied = tuple(message_list(messages, f"{where}: messages", ConfigurationError))
         if history is not None and not isinstance(history, HistoryBlock):
             raise ConfigurationError(
                 f"{where}: history must be a HistoryBlock, got {short_repr(history)}"

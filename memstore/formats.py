@@ -46,7 +46,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from memstore._validate import check_flag, check_json, short_repr
-from memstore.errors import InvalidInputError
+from memstore.errors import InvalidInputError, MemstoreError
 from memstore.models import ImagePart, ImageURL, Message, TextPart, ToolCall
 
 __all__ = [
@@ -293,22 +293,26 @@ def _message_blocks(message: Message, ids: _ToolUseIds) -> list[dict[str, Any]]:
     return blocks
 
 
-def _message_list(messages: Any, what: str) -> list[Message]:
-    """``messages`` as a list, each item checked to be a :class:`Message`."""
+def message_list(messages: Any, what: str,
+                 error: type[MemstoreError] = InvalidInputError) -> list[Message]:
+    """``messages`` as a list, each item checked to be a :class:`Message`.
+
+    What the renderers and the builder's blocks take (internal; not in ``__all__``).
+
+    Raises:
+        MemstoreError: ``error``, naming ``what`` and the first item that is not a
+            Message (a single Message, a str or a dict is not a list of them).
+    """
     if isinstance(messages, (str, bytes, Mapping, Message)):
-        raise InvalidInputError(
-            f"{what} expects a list of Messages, not a {type(messages).__name__}"
-        )
+        raise error(f"{what} must be a list of Message, not a {type(messages).__name__}")
     try:
         items = list(messages)
     except TypeError:
-        raise InvalidInputError(
-            f"{what} expects a list of Messages, not {type(messages).__name__}"
-        ) from None
+        raise error(f"{what} must be a list of Message, not {type(messages).__name__}") from None
     for index, item in enumerate(items):
         if not isinstance(item, Message):
-            raise InvalidInputError(
-                f"{what}: item {index} is a {type(item).__name__}, not a Message "
+            raise error(
+                f"{what}[{index}] is a {type(item).__name__}, not a Message "
                 "(Message.from_openai converts an OpenAI message dict)"
             )
     return items
@@ -338,7 +342,7 @@ def to_anthropic(messages: Iterable[Message]) -> dict[str, Any]:
     system: list[dict[str, Any]] = []
     turns: list[dict[str, Any]] = []
     ids = _ToolUseIds()
-    for message in _message_list(messages, "to_anthropic"):
+    for message in message_list(messages, "to_anthropic messages"):
         cache = cache_control_of(message)
         if message.role in ("system", "developer"):
             text = message.text
@@ -615,7 +619,7 @@ def to_responses(messages: Iterable[Message]) -> list[dict[str, Any]]:
         InvalidInputError: ``messages`` is not a list of :class:`Message`.
     """
     items: list[dict[str, Any]] = []
-    for message in _message_list(messages, "to_responses"):
+    for message in message_list(messages, "to_responses messages"):
         if message.role == "tool":
             output = _responses_parts(message)
             items.append({"type": "function_call_output", "call_id": message.tool_call_id,
