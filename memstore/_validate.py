@@ -38,7 +38,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from memstore.errors import ConfigurationError, ConflictError, InvalidInputError
+from memstore.errors import ConfigurationError, ConflictError, InvalidInputError, MemstoreError
 
 __all__ = [
     "MAX_COUNTER_NAME_LENGTH",
@@ -118,17 +118,19 @@ def check_token_count(counter: Any, tokens: Any) -> int:
     )
 
 
-def check_flag(value: Any, name: str) -> bool:
-    """A yes/no argument: ``True`` or ``False`` only.
+def check_flag(value: Any, name: str,
+               error: type[MemstoreError] = InvalidInputError) -> bool:
+    """A yes/no argument or setting: ``True`` or ``False`` only.
 
     ``bool(value)`` would take ``replace="no"`` as yes, and runs a class's own
     ``__bool__``.
 
     Raises:
-        InvalidInputError: ``value`` is not a bool.
+        MemstoreError: ``error`` (an argument's ``InvalidInputError`` by default; a
+            setting's is a ``ConfigurationError``): ``value`` is not a bool.
     """
     if not isinstance(value, bool):
-        raise InvalidInputError(f"{name} must be True or False, got {short_repr(value)}")
+        raise error(f"{name} must be True or False, got {short_repr(value)}")
     return value
 
 

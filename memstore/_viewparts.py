@@ -14,7 +14,7 @@ import string
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from memstore._validate import MAX_VIEW_INT, check_json, short_repr, text_problem
+from memstore._validate import MAX_VIEW_INT, check_flag, check_json, short_repr, text_problem
 from memstore.errors import ConfigurationError, ContextBudgetError
 from memstore.history import HistorySource
 from memstore.models import (
@@ -64,8 +64,7 @@ def _check_int(view: str, name: str, value: object, minimum: int) -> None:
 
 
 def _check_bool(view: str, name: str, value: object) -> None:
-    if not isinstance(value, bool):
-        raise ConfigurationError(f"{view} {name} must be a bool, got {_short(value)}")
+    check_flag(value, f"{view} {name}", ConfigurationError)
 
 
 def _check_real(view: str, name: str, value: object) -> float:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from memstore._validate import (
+    check_flag,
     check_size,
     is_async_callable,
     refuse_awaitable,
@@ -278,11 +279,7 @@ class TruncateOldest(Strategy):
     protect_roles: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if not isinstance(self.keep_turns_atomic, bool):
-            raise ConfigurationError(
-                "TruncateOldest keep_turns_atomic must be a bool, "
-                f"got {short_repr(self.keep_turns_atomic)}"
-            )
+        check_flag(self.keep_turns_atomic, "TruncateOldest keep_turns_atomic", ConfigurationError)
         if (not isinstance(self.min_messages, int) or isinstance(self.min_messages, bool)
                 or self.min_messages < 0):
             raise ConfigurationError(
