@@ -576,7 +576,7 @@ class Planner:
         cid = check_conversation_id(
             parsed.conversation.id if conversation_id is None else conversation_id)
         messages = parsed.messages
-        replace = check_flag(replace, "replace")
+        # (``replace`` was checked by restore_state, before any file was read)
         return Plan(_snapshots.load_state, (parsed, cid, replace), write=True,
                     prepare=functools.partial(_snapshots.recount, recounter, messages),
                     prepare_items=len(messages))
