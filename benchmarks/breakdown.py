@@ -83,7 +83,7 @@ def _recorded_statements(
 ) -> tuple[list[tuple[str, dict[str, Any]]], set[int]]:
     """The hot statements (name, values) one window of ``cid`` runs, and the seqs of the
     rows it decoded (a page's rows past the last one the view takes are never decoded)."""
-    from memstore import _window
+    from memstore._db import window as _window
 
     seen: list[tuple[str, dict[str, Any]]] = []
     decoded: set[int] = set()
@@ -108,7 +108,7 @@ def _recorded_statements(
     return seen, decoded
 
 
-#: Where the message columns start in each hot statement's rows (see memstore._window).
+#: Where the message columns start in each hot statement's rows (see memstore._db.window).
 _MESSAGE_OFFSET = {"conversation": 5, "conversation_page": 7, "range": 0, "range_checked": 0,
                    "latest_summary": None}
 
@@ -116,8 +116,8 @@ _MESSAGE_OFFSET = {"conversation": 5, "conversation_page": 7, "range": 0, "range
 def windows(db: DbTarget, ctx: Context, n: int, rounds: int, seed: int) -> dict[str, float]:
     """The window layers' medians (ms)."""
     from memstore import MemoryStore, Message, TokenLimitedView
-    from memstore import _statements as q
-    from memstore._rows import decode_raw
+    from memstore._db import statements as q
+    from memstore._db.rows import decode_raw
 
     counter = ctx.reference.counter  # type: ignore[attr-defined]
     loader = MemoryStore(db.url(), counter=counter, migrate="upgrade", durability=DURABILITY)
@@ -173,9 +173,10 @@ def appends(db: DbTarget, ctx: Context, rounds: int, seed: int,
             fixture: tuple[Any, Any]) -> dict[str, float]:
     """The append layers' medians (ms), on ``append_fixture``'s store and floor."""
     from benchmarks.workload import _Gen
-    from memstore import Message, _ops
-    from memstore import _statements as q
-    from memstore._rows import Prepared, message_row, new_message_id, utcnow
+    from memstore import Message
+    from memstore._db import ops as _ops
+    from memstore._db import statements as q
+    from memstore._db.rows import Prepared, message_row, new_message_id, utcnow
 
     counter = ctx.reference.counter  # type: ignore[attr-defined]
     store, floor = fixture

@@ -14,8 +14,8 @@ token-budgeted context windows per conversation id::
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
-from memstore._cache import CacheInfo
-from memstore.builder import (
+from memstore._db.cache import CacheInfo
+from memstore.context.builder import (
     Block,
     CompiledContext,
     CompileReport,
@@ -28,6 +28,7 @@ from memstore.builder import (
     Tier,
     TruncateOldest,
 )
+from memstore.context.formatters import MarkdownListFormatter, XMLFormatter, inject_into_system
 from memstore.errors import (
     ConfigurationError,
     ConflictError,
@@ -50,8 +51,6 @@ from memstore.errors import (
     TokenizerUnavailableError,
     TransientError,
 )
-from memstore.formatters import MarkdownListFormatter, XMLFormatter, inject_into_system
-from memstore.history import HistorySource, ListHistory
 from memstore.models import (
     ContentPart,
     ContextWindow,
@@ -69,7 +68,6 @@ from memstore.models import (
     WindowReport,
 )
 from memstore.store import ChatContext, MemoryStore
-from memstore.summary_view import SummaryView
 from memstore.tokens import (
     ApproxCounter,
     BaseTokenCounter,
@@ -96,6 +94,8 @@ from memstore.views import (
     UnboundedView,
     view_from_config,
 )
+from memstore.views.history import HistorySource, ListHistory
+from memstore.views.summary import SummaryView
 
 if _TYPE_CHECKING:
     from memstore.aio import AsyncChatContext, AsyncMemoryStore

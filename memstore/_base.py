@@ -2,7 +2,7 @@
 
 The stores differ only in how they reach a ``Connection``: ``MemoryStore`` opens
 one, ``AsyncMemoryStore`` hands the same function to ``AsyncConnection.run_sync``.
-Everything else (validation, token counting, the SQL in :mod:`memstore._ops`, view
+Everything else (validation, token counting, the SQL in :mod:`memstore._db.ops`, view
 selection in :mod:`memstore.views`) is written once, here and there.
 """
 
@@ -20,9 +20,15 @@ from typing import Any, Literal, TypeVar
 
 from sqlalchemy import Connection, Engine
 
-from memstore import _ops, _rewrite, _rows, _snapshots, _statements, _window, migrate
-from memstore._cache import CacheInfo, RowCache
-from memstore._engine import (
+from memstore import migrate
+from memstore._db import ops as _ops
+from memstore._db import rewrite as _rewrite
+from memstore._db import rows as _rows
+from memstore._db import snapshots as _snapshots
+from memstore._db import statements as _statements
+from memstore._db import window as _window
+from memstore._db.cache import CacheInfo, RowCache
+from memstore._db.engine import (
     apply_options,
     check_durability,
     default_url,
@@ -42,6 +48,7 @@ from memstore._validate import (
     short_repr,
     text_problem,
 )
+from memstore.context.strategies import summary_text
 from memstore.errors import (
     ConfigurationError,
     ConflictError,
@@ -59,7 +66,6 @@ from memstore.models import (
     Summary,
     checked_message,
 )
-from memstore.strategies import summary_text
 from memstore.tokens import TokenCounter, count_each, default_counter, validate_counter
 from memstore.views import ContextView
 
@@ -86,7 +92,7 @@ def run_in_transaction(
 ) -> T:
     """Run ``fn(conn, *args)`` in one transaction of the right kind.
 
-    Writes are ``BEGIN IMMEDIATE`` on SQLite (see :mod:`memstore._engine`); reads that
+    Writes are ``BEGIN IMMEDIATE`` on SQLite (see :mod:`memstore._db.engine`); reads that
     span several statements get one snapshot. Any exception rolls everything back.
     """
     options = write_options() if write else read_options(conn.dialect.name, snapshot=snapshot)
@@ -99,10 +105,10 @@ def run_without_transaction(conn: Connection, fn: Callable[..., T], args: tuple[
     """Run a read ``fn(conn, *args)`` with no transaction: each statement autocommits.
 
     For reads that validate themselves across statements and raise
-    :class:`memstore._window.StaleRead` otherwise (the window path). SQLite connections
+    :class:`memstore._db.window.StaleRead` otherwise (the window path). SQLite connections
     already autocommit until memstore emits ``BEGIN``; a PostgreSQL connection is
     switched to autocommit (the driver's client-side flag, reset before the connection
-    is used otherwise, see :func:`memstore._rows.autocommit_on`), so no
+    is used otherwise, see :func:`memstore._db.rows.autocommit_on`), so no
     ``BEGIN``/``COMMIT`` round trips are made.
     """
     if conn.dialect.name != "postgresql":
@@ -124,7 +130,7 @@ def schema_needs_write(conn: Connection, mode: MigrateMode) -> bool:
     :func:`ensure_schema` in a write transaction), else :class:`SchemaOutOfDateError`.
 
     Also compiles the hot statements for the connection's dialect (see
-    :func:`memstore._statements.precompile`): opening a store pays that, not the first
+    :func:`memstore._db.statements.precompile`): opening a store pays that, not the first
     window or append of a fresh process.
     """
     _statements.precompile(conn.dialect)
@@ -413,7 +419,7 @@ class Plan:
     """One store call, ready to run: what both stores execute.
 
     Attributes:
-        fn: an :mod:`memstore._ops` (or :mod:`memstore._snapshots`) function, called as
+        fn: an :mod:`memstore._db.ops` (or :mod:`memstore._db.snapshots`) function, called as
             ``fn(conn, *args[, prepared])``.
         args: its arguments (already validated).
         write: run in a write transaction.
@@ -423,10 +429,10 @@ class Plan:
             worker thread so the event loop keeps going.
         prepare_items: how many items ``prepare`` handles (the async store's hint).
         optimistic: first try without a transaction (the read validates itself and
-            raises :class:`memstore._window.StaleRead` when it must be redone in one).
+            raises :class:`memstore._db.window.StaleRead` when it must be redone in one).
         direct: tried first, with no transaction open, called like ``fn``: it runs
             its own transaction on the DBAPI connection (see
-            :func:`memstore._ops.append_direct`) or returns ``None``, untouched, when
+            :func:`memstore._db.ops.append_direct`) or returns ``None``, untouched, when
             it does not apply; ``fn`` then runs as usual.
     """
 

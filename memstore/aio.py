@@ -13,7 +13,7 @@ Example:
 
 Each method validates its arguments and builds a :class:`memstore._base.Plan`
 exactly as :class:`memstore.MemoryStore` does; the plan's SQL (in
-:mod:`memstore._ops`) runs through ``AsyncConnection.run_sync``, so there is one
+:mod:`memstore._db.ops`) runs through ``AsyncConnection.run_sync``, so there is one
 implementation. Large batches are validated and tokenised in a worker thread, and
 inserted in chunks, so the event loop keeps running during a big ``extend``.
 """
@@ -29,10 +29,12 @@ from typing import Any, TextIO
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
-from memstore import _base, _snapshots, _stateio
+from memstore import _base
 from memstore._base import Durability, MessageLike, MigrateMode, Plan, Summarizer
-from memstore._cache import DEFAULT_CACHE_SIZE, CacheInfo
-from memstore._engine import make_async_engine, turn_of, write_options
+from memstore._db import snapshots as _snapshots
+from memstore._db import stateio as _stateio
+from memstore._db.cache import DEFAULT_CACHE_SIZE, CacheInfo
+from memstore._db.engine import make_async_engine, turn_of, write_options
 from memstore._validate import check_flag
 from memstore.errors import (
     ConfigurationError,
@@ -679,7 +681,7 @@ class _Messages:
 def _task_turn_of(engine: AsyncEngine) -> _TaskTurn | None:
     """The turn tasks take on ``engine``'s one shared connection (in-memory SQLite), or ``None``.
 
-    One per engine, like :func:`memstore._engine.turn_of`: every async store on an
+    One per engine, like :func:`memstore._db.engine.turn_of`: every async store on an
     injected in-memory engine shares it (a turn per store let two stores interleave
     their transactions on the one connection).
     """

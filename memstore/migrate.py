@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Literal, TextIO
 from sqlalchemy import Connection, Engine, column, inspect, select, table, text
 from sqlalchemy.engine import URL
 
-from memstore._engine import install_sqlite_hooks, make_engine, sync_url, write_options
+from memstore._db.engine import install_sqlite_hooks, make_engine, sync_url, write_options
+from memstore._db.schema import VERSION_TABLE
 from memstore._validate import check_flag, short_repr
 from memstore.errors import (
     ConfigurationError,
@@ -40,7 +41,6 @@ from memstore.errors import (
     SchemaTooNewError,
     translate_db_errors,
 )
-from memstore.schema import VERSION_TABLE
 
 if TYPE_CHECKING:  # Alembic is imported when a migration runs, not to open a store
     from alembic.config import Config
@@ -650,7 +650,7 @@ PARTITION_KEYS = {
 def partitioned_ddl(partitions: int = 8) -> list[str]:
     """The DDL of memstore's tables hash-partitioned by conversation id (PostgreSQL).
 
-    Built from the same table definitions as the migrations (``memstore.schema``, which
+    Built from the same table definitions as the migrations (``memstore._db.schema``, which
     a test keeps identical to the head revision): every column, constraint and index,
     the partial index of anchored messages and the foreign keys to conversations
     included; each table is ``PARTITION BY HASH`` of its conversation id, with
@@ -671,7 +671,7 @@ def partitioned_ddl(partitions: int = 8) -> list[str]:
     from sqlalchemy.dialects import postgresql
     from sqlalchemy.schema import CreateIndex, CreateTable
 
-    from memstore import schema
+    from memstore._db import schema as schema
 
     if not isinstance(partitions, int) or isinstance(partitions, bool) or not (
         1 <= partitions <= 1024

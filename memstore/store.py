@@ -24,10 +24,12 @@ from typing import Any, TextIO
 
 from sqlalchemy import Connection, Engine
 
-from memstore import _base, _snapshots, _stateio
+from memstore import _base
 from memstore._base import Durability, MessageLike, MigrateMode, Plan, Summarizer
-from memstore._cache import DEFAULT_CACHE_SIZE, CacheInfo
-from memstore._engine import make_engine, turn_of, write_options
+from memstore._db import snapshots as _snapshots
+from memstore._db import stateio as _stateio
+from memstore._db.cache import DEFAULT_CACHE_SIZE, CacheInfo
+from memstore._db.engine import make_engine, turn_of, write_options
 from memstore._validate import check_flag
 from memstore.errors import (
     ConnectionLostError,

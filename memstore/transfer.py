@@ -43,7 +43,9 @@ from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from memstore import _base, _snapshots, _stateio
+from memstore import _base
+from memstore._db import snapshots as _snapshots
+from memstore._db import stateio as _stateio
 from memstore._validate import JSON_TOO_DEEP, check_flag, short_repr, validation_summary
 from memstore.errors import (
     ConflictError,

@@ -14,7 +14,7 @@ import os
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-from memstore.schema import VERSION_TABLE, metadata
+from memstore._db.schema import VERSION_TABLE, metadata
 
 config = context.config
 

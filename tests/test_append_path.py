@@ -1,4 +1,4 @@
-"""The append path on the DBAPI cursor (``memstore._ops.append_direct``).
+"""The append path on the DBAPI cursor (``memstore._db.ops.append_direct``).
 
 Appends without client ids skip SQLAlchemy's statement machinery (SQLite: one
 transaction of raw statements; PostgreSQL, one message: one statement in
@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
-from memstore import TokenLimitedView, _ops, _window
+from memstore import TokenLimitedView
+from memstore._db import ops as _ops
+from memstore._db import window as _window
 from memstore.errors import ConflictError, ConversationNotFoundError
 from memstore.models import ImagePart, ImageURL, Message, TextPart, ToolCall
 from tests.helpers import call
@@ -159,7 +161,7 @@ async def test_direct_paths_return_connections_out_of_autocommit(pg_store: Any) 
 async def test_direct_append_creates_the_conversation_with_an_epoch(store: Any) -> None:
     from sqlalchemy import select
 
-    from memstore.schema import conversations
+    from memstore._db.schema import conversations
 
     await call(store.append("new", Message.user("hello")))
     stmt = select(conversations.c.epoch).where(conversations.c.id == "new")
@@ -195,7 +197,7 @@ async def test_read_rows_share_one_fields_set_without_leaking(store: Any) -> Non
 
 async def test_client_id_lookups_cross_chunks_and_stay_exactly_once(store: Any) -> None:
     """Batches with more client ids than one lookup statement takes (``ID_LOOKUP_CHUNK``)."""
-    from memstore._statements import ID_LOOKUP_CHUNK
+    from memstore._db.statements import ID_LOOKUP_CHUNK
 
     n = ID_LOOKUP_CHUNK * 2 + 7
     batch = [Message.user(f"m{i}", id=f"id-{i}") for i in range(n)]
@@ -221,7 +223,7 @@ def test_postgres_client_id_lookup_probes_the_unique_index_without_statistics(
     from sqlalchemy import create_engine, text
 
     from memstore import MemoryStore
-    from memstore import _statements as q
+    from memstore._db import statements as q
 
     with MemoryStore(pg_url, migrate="upgrade") as store:
         store.extend("big", [Message.user(f"m{i}", id=f"id-{i}") for i in range(5000)])
@@ -254,7 +256,7 @@ async def test_opening_a_store_compiles_the_hot_statements(db_url: str, kind: st
     Also when the schema is already at head and opening takes no write transaction.
     """
     from memstore import AsyncMemoryStore, MemoryStore
-    from memstore import _statements as q
+    from memstore._db import statements as q
 
     MemoryStore(db_url, migrate="upgrade").close()  # at head from here on
     monkeypatch.setattr(q, "_COMPILED", {})

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import make_url
 
-from memstore._engine import async_url, make_async_engine, sync_url
+from memstore._db.engine import async_url, make_async_engine, sync_url
 from memstore.aio import AsyncChatContext, AsyncMemoryStore
 from memstore.models import Message
 from memstore.store import ChatContext, MemoryStore
@@ -203,7 +203,8 @@ async def test_a_write_cancelled_inside_its_copy_raises_cancelled_and_writes_not
     """Cancelled while the connection is inside ``COPY ... FROM STDIN``: the rollback
     cannot run on it, so it is invalidated and the cancellation propagates as itself
     (it used to come out as a DatabaseError: "another command is already in progress")."""
-    from memstore import ConversationNotFoundError, _ops
+    from memstore import ConversationNotFoundError
+    from memstore._db import ops as _ops
 
     async def cancelled_mid_copy(driver: Any, sql: str, rows: Any) -> None:
         driver.pgconn.send_query(sql.encode())  # the COPY is under way; its result unread

@@ -290,9 +290,9 @@ def _unshowable_cases() -> list[tuple[str, Any]]:
         TokenLimitedView,
         counter_from_name,
     )
-    from memstore.builder import Block, ContextBuilder, HistoryBlock, Tier
-    from memstore.formatters import MarkdownListFormatter, XMLFormatter, inject_into_system
-    from memstore.strategies import Drop, Summarize, TruncateOldest
+    from memstore.context.builder import Block, ContextBuilder, HistoryBlock, Tier
+    from memstore.context.formatters import MarkdownListFormatter, XMLFormatter, inject_into_system
+    from memstore.context.strategies import Drop, Summarize, TruncateOldest
     from memstore.tokens import TiktokenCounter
 
     system = Message.system("rules")
@@ -378,9 +378,9 @@ async def test_yes_no_arguments_take_only_bools(store: Any) -> None:
 
 def test_yes_no_arguments_of_the_builder_and_migrations_take_only_bools(tmp_path: Any) -> None:
     from memstore import migrate
-    from memstore.builder import Block, ContextBuilder, Tier
+    from memstore.context.builder import Block, ContextBuilder, Tier
+    from memstore.context.strategies import Drop
     from memstore.errors import InvalidInputError
-    from memstore.strategies import Drop
 
     compiled = ContextBuilder(100).add_block(
         Block("b", tier=Tier.HISTORY, strategy=Drop(), messages=[Message.user("hi")])

@@ -38,7 +38,7 @@ from memstore import (
     TruncateOldest,
     UnboundedView,
 )
-from memstore.units import group_units
+from memstore.views.units import group_units
 
 SETTINGS = settings(max_examples=120, derandomize=True, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])

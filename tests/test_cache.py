@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
-from memstore import _window
-from memstore._cache import RowCache
+from memstore._db import window as _window
+from memstore._db.cache import RowCache
 from memstore.aio import AsyncMemoryStore
 from memstore.errors import ConfigurationError, ConversationNotFoundError
 from memstore.models import Message

@@ -338,7 +338,7 @@ def test_async_stores_sharing_an_injected_in_memory_engine_take_turns() -> None:
     """Each async store had its own turn: two stores on one in-memory engine interleaved
     their transactions on its one connection (calls failed, and the writes of calls that
     failed were committed by the other store's COMMIT)."""
-    from memstore._engine import make_async_engine
+    from memstore._db.engine import make_async_engine
     from memstore.aio import AsyncMemoryStore
 
     async def main() -> None:

@@ -35,7 +35,7 @@ from memstore import (
     TransientError,
     migrate,
 )
-from memstore.schema import VERSION_TABLE
+from memstore._db.schema import VERSION_TABLE
 from memstore.tokens import FixedCounter
 from tests.helpers import call
 
@@ -183,7 +183,7 @@ def test_autocommit_switch_on_a_broken_connection_is_a_connection_error(pg_url: 
     invalidated, not as a raw driver exception."""
     from sqlalchemy import exc as sa_exc
 
-    from memstore import _rows
+    from memstore._db import rows as _rows
 
     engine = create_engine(pg_url.replace("postgresql://", "postgresql+psycopg://", 1))
     try:

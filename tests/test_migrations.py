@@ -22,6 +22,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, text
 
 from memstore import migrate
+from memstore._db.schema import VERSION_TABLE, metadata
 from memstore.errors import (
     ConfigurationError,
     DatabaseError,
@@ -30,7 +31,6 @@ from memstore.errors import (
     TokenizerUnavailableError,
 )
 from memstore.models import Message, StoredMessage, TextPart
-from memstore.schema import VERSION_TABLE, metadata
 from memstore.store import MemoryStore
 from memstore.tokens import (
     ApproxCounter,

@@ -24,13 +24,12 @@ from sqlalchemy import create_engine, event, text
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.engine import Engine
 
-from memstore import _statements as q
 from memstore import migrate
+from memstore._db import statements as q
+from memstore._db.schema import VERSION_TABLE
 from memstore.errors import ConfigurationError, SchemaTooNewError
 from memstore.models import Message, ToolCall
-from memstore.schema import VERSION_TABLE
 from memstore.store import MemoryStore
-from memstore.summary_view import SummaryView
 from memstore.tokens import FixedCounter
 from memstore.views import (
     BufferedView,
@@ -40,6 +39,7 @@ from memstore.views import (
     TokenLimitedView,
     UnboundedView,
 )
+from memstore.views.summary import SummaryView
 from tests import (
     test_async,
     test_bad_input,

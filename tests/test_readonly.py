@@ -23,7 +23,7 @@ from memstore import (
     ToolCall,
     UnboundedView,
 )
-from memstore._readonly import EMPTY, ReadOnlyDict, ReadOnlyList, freeze
+from memstore._db.readonly import EMPTY, ReadOnlyDict, ReadOnlyList, freeze
 from memstore.tokens import FixedCounter
 from tests.helpers import call
 
@@ -161,8 +161,8 @@ def test_freeze_reaches_every_nested_value_and_shares_the_empty_dict() -> None:
 
 def test_a_view_over_a_list_of_caller_built_messages_leaves_them_changeable() -> None:
     """Only messages read from a store are read-only: ones a caller builds stay plain."""
-    from memstore.history import ListHistory
     from memstore.models import StoredMessage as SM
+    from memstore.views.history import ListHistory
 
     message = SM.model_validate({
         "role": "user", "content": "x", "metadata": {"k": [1]}, "id": "m",

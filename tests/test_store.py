@@ -262,7 +262,7 @@ async def test_extend_with_invalid_message_writes_nothing(store: Any) -> None:
 
 
 async def test_extend_with_forced_database_error_rolls_back(store: Any, monkeypatch: Any) -> None:
-    from memstore import _ops
+    from memstore._db import ops as _ops
 
     await call(store.append("c", Message.user("keep")))
     before = await _contents(store, "c")

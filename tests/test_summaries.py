@@ -726,7 +726,7 @@ async def test_a_change_between_the_window_statements_is_never_half_seen(
 ) -> None:
     """A summary view reads its row, then the summary, then the tail: a write in between
     either leaves what it read valid or makes it read again in one snapshot."""
-    from memstore import _window
+    from memstore._db import window as _window
 
     writer = MemoryStore(db_url, counter=counter)
     writer.extend("c", [Message.system("sys"), *turns(10)])
@@ -772,7 +772,7 @@ async def test_a_change_between_the_window_statements_is_never_half_seen(
 
 
 def test_the_latest_summary_read_uses_the_key_on_sqlite(tmp_path: Path) -> None:
-    from memstore import _statements as q
+    from memstore._db import statements as q
 
     with MemoryStore(f"sqlite:///{tmp_path / 'plan.db'}",
                      counter=FixedCounter(per_message=1)) as store:

@@ -18,10 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memstore.errors import ConfigurationError, ContextBudgetError
-from memstore.history import ListHistory
 from memstore.models import StoredMessage, Summary
-from memstore.summary_view import SummaryView, plan_fold
 from memstore.tokens import TokenCounter, count_tool_schemas
+from memstore.views.history import ListHistory
+from memstore.views.summary import SummaryView, plan_fold
 from tests.test_view_properties import (
     PROPS,
     Case,

@@ -29,11 +29,11 @@ from memstore import (
     TokenLimitedView,
     ToolCall,
     UnboundedView,
-    _ops,
     export_jsonl,
     import_jsonl,
     transfer,
 )
+from memstore._db import ops as _ops
 from memstore.tokens import FixedCounter
 from tests.helpers import call
 

@@ -1,4 +1,4 @@
-"""Grouping messages into atomic units (memstore.units)."""
+"""Grouping messages into atomic units (memstore.views.units)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from memstore.history import ListHistory
 from memstore.models import Message, StoredMessage
-from memstore.units import (
+from memstore.views.history import ListHistory
+from memstore.views.units import (
     BackwardUnits,
     ForwardReader,
     ForwardUnits,

@@ -4,7 +4,7 @@ Conversations mix plain turns, parallel and chained tool calls (results in any o
 some missing, duplicated or answering the wrong call), pending calls, orphan results,
 mid-stream system/developer messages, pinned messages, equal (and skewed) timestamps,
 empty texts and the odd huge message. The oracles below re-implement each selection
-rule in the most naive way, over the whole list, independently of memstore.units.
+rule in the most naive way, over the whole list, independently of memstore.views.units.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memstore.errors import ConfigurationError, ContextBudgetError
-from memstore.history import ListHistory
 from memstore.models import ContextWindow, Message, StoredMessage, ToolCall
 from memstore.tokens import (
     BaseTokenCounter,
@@ -28,7 +27,6 @@ from memstore.tokens import (
     count_tool_schemas,
     counter_priming,
 )
-from memstore.units import BackwardUnits, ForwardReader, ForwardUnits, ReverseReader, group_units
 from memstore.views import (
     BufferedView,
     ContextView,
@@ -37,6 +35,14 @@ from memstore.views import (
     ScoreBasedView,
     TokenLimitedView,
     UnboundedView,
+)
+from memstore.views.history import ListHistory
+from memstore.views.units import (
+    BackwardUnits,
+    ForwardReader,
+    ForwardUnits,
+    ReverseReader,
+    group_units,
 )
 from tests.viewcases import CALL, PER_MESSAGE, RES, T0, U, stored
 

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from memstore.errors import ConfigurationError, ContextBudgetError
-from memstore.history import ListHistory
 from memstore.models import Message, StoredMessage
 from memstore.tokens import FixedCounter, TokenCounter
 from memstore.views import (
@@ -28,6 +27,7 @@ from memstore.views import (
     UnboundedView,
     view_from_config,
 )
+from memstore.views.history import ListHistory
 from tests.viewcases import CALL, PER_MESSAGE, RES, T0, A, D, S, U, labels, stored
 
 C = PER_MESSAGE  # 1 token per message, no priming: budgets read as message counts
@@ -824,7 +824,7 @@ def test_apply_refuses_what_is_not_stored_messages(messages: Any, problem: str) 
     """A view applies to stored messages (their seqs place them): anything else is an
     InvalidInputError naming the first bad item, not an AttributeError."""
     from memstore.errors import InvalidInputError
-    from memstore.summary_view import SummaryView
+    from memstore.views.summary import SummaryView
 
     counter = FixedCounter()
     for view in (TokenLimitedView(100), SummaryView(100)):

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from memstore import _statements, _window
+from memstore._db import statements as _statements
+from memstore._db import window as _window
 from memstore.errors import ContextBudgetError
 from memstore.models import ConversationState, Message, ToolCall
 from memstore.store import MemoryStore
@@ -239,7 +240,7 @@ def test_state_moves_from_sqlite_to_postgres_with_the_same_windows(
 
 
 def test_hot_queries_use_the_indexes_on_sqlite(tmp_path: Any) -> None:
-    from memstore import _statements as q
+    from memstore._db import statements as q
 
     store = MemoryStore(f"sqlite:///{tmp_path / 'plan.db'}", counter=FixedCounter())
     store.extend("c", conversation(20))
@@ -270,7 +271,7 @@ async def test_a_budgeted_window_reads_its_first_page_with_the_first_statement(
     statement (one round trip); a warm window's statement brings only the rows appended
     since (the cache holds the rest). SQLite reads the row, then the page (no round
     trips there; two simple statements run faster than the compound one)."""
-    from memstore.history import ListHistory
+    from memstore.views.history import ListHistory
 
     writer = MemoryStore(db_url, counter=counter)
     writer.extend("c", conversation(150, seed=3))
@@ -331,7 +332,7 @@ def test_a_window_builds_models_only_for_the_rows_it_takes(
 ) -> None:
     """A page is read whole but each row becomes a model only when the view takes it: the
     slack of the last page (and of a PostgreSQL first page) costs SQL, not decoding."""
-    from memstore.history import ListHistory
+    from memstore.views.history import ListHistory
 
     store = MemoryStore(db_url, counter=counter, cache_size=0)
     store.extend("c", conversation(150, seed=5))
@@ -379,7 +380,7 @@ def test_a_window_past_its_prefetched_page_reads_doubling_pages(
     """PostgreSQL: the first page comes with the first statement; when the window needs
     more (small new messages after large old ones fool the mean-size estimate), the next
     reads are twice, then four times that page, so few round trips follow."""
-    from memstore.history import ListHistory
+    from memstore.views.history import ListHistory
 
     store = MemoryStore(pg_url, counter=counter, cache_size=0)
     big = " ".join(["word"] * 200)

@@ -23,7 +23,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from memstore import migrate
-from memstore._engine import default_url, parse_url, sync_url
+from memstore._db.engine import default_url, parse_url, sync_url
 from memstore._validate import JSON_TOO_DEEP, validation_summary
 from memstore.cli import _output as out
 from memstore.cli._errors import FileFormatError, UsageError
@@ -89,7 +89,7 @@ REASONS = {
 def url_of(args: argparse.Namespace) -> str:
     """The database URL of a command: ``--url``, else ``$MEMSTORE_URL``, else ./memstore.db.
 
-    It is checked as the library checks it (:func:`memstore._engine.parse_url`, so
+    It is checked as the library checks it (:func:`memstore._db.engine.parse_url`, so
     ``postgres://`` works too); a URL that is not one, or names a database memstore
     cannot use, is a usage error naming where the URL came from.
     """

@@ -16,9 +16,9 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from memstore.builder import Block, ContextBuilder, Drop, HistoryBlock, Tier, TruncateOldest
 from memstore.cli import _output as out
 from memstore.cli._commands import message_preview, open_store
+from memstore.context.builder import Block, ContextBuilder, Drop, HistoryBlock, Tier, TruncateOldest
 from memstore.errors import ContextBudgetError, ConversationNotFoundError
 from memstore.models import ContextWindow, Message, StoredMessage, ToolCall, WindowReport
 from memstore.store import MemoryStore

@@ -55,7 +55,7 @@ from alembic import context, op
 from pydantic import ValidationError
 from sqlalchemy import Connection, bindparam, text
 
-from memstore._statements import new_epoch
+from memstore._db.statements import new_epoch
 from memstore.errors import MemstoreError
 from memstore.models import Message
 from memstore.tokens import TokenCounter, counter_from_name

@@ -264,8 +264,8 @@ def test_anthropic_round_trip_is_identity(turns: list[dict[str, Any]]) -> None:
 
 
 def test_builder_cache_control_reaches_anthropic() -> None:
-    from memstore.builder import Block, ContextBuilder, Tier
-    from memstore.strategies import Drop, Strict
+    from memstore.context.builder import Block, ContextBuilder, Tier
+    from memstore.context.strategies import Drop, Strict
     from memstore.tokens import FixedCounter
 
     compiled = (

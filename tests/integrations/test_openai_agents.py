@@ -64,7 +64,7 @@ from openai.types.responses.response_output_item import (  # noqa: E402
 )
 from openai.types.responses.response_reasoning_item import Summary  # noqa: E402
 
-from memstore import _ops  # noqa: E402
+from memstore._db import ops as _ops  # noqa: E402
 from memstore.integrations.openai_agents import (  # noqa: E402
     MemstoreSession,
     items_to_messages,

@@ -20,7 +20,7 @@ counter (every memstore counter, and what :class:`~memstore.tokens.TokenCounter`
 asks for) that equals ``counter.count_messages(messages)``.
 
 Units: an assistant message with ``tool_calls`` and the ``tool`` messages right
-after it form one unit (the run rule of :mod:`memstore.units`); no strategy ever
+after it form one unit (the run rule of :mod:`memstore.views.units`); no strategy ever
 splits one, and a custom strategy's output that does is refused.
 
 A :class:`HistoryBlock` reads a stored conversation through a view sized to the
@@ -55,7 +55,19 @@ from typing import TYPE_CHECKING, Any, cast
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from memstore._validate import check_flag, short_repr
-from memstore._viewparts import MAX_VIEW_INT
+from memstore.context.strategies import (
+    Drop,
+    Strategy,
+    Strict,
+    Summarize,
+    SummarizeCall,
+    Summarizer,
+    TruncateOldest,
+    is_anchored_unit,
+    newest_unit,
+    splits_units,
+    units_of,
+)
 from memstore.errors import (
     ConfigurationError,
     ContextBudgetError,
@@ -71,19 +83,6 @@ from memstore.models import (
     WindowReport,
     _check_json,
 )
-from memstore.strategies import (
-    Drop,
-    Strategy,
-    Strict,
-    Summarize,
-    SummarizeCall,
-    Summarizer,
-    TruncateOldest,
-    is_anchored_unit,
-    newest_unit,
-    splits_units,
-    units_of,
-)
 from memstore.tokens import (
     TokenCounter,
     count_tool_schemas,
@@ -93,6 +92,7 @@ from memstore.tokens import (
 )
 from memstore.tokens._checked import checked_counter
 from memstore.views import ContextView, RecentTurnsView, TokenLimitedView
+from memstore.views.parts import MAX_VIEW_INT
 
 if TYPE_CHECKING:  # pragma: no cover - typing only; the builder never imports a store
     from memstore.aio import AsyncMemoryStore

@@ -14,16 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple, cast
 
 from memstore._validate import MAX_SEQ
-from memstore._viewparts import (
-    _budget_page,
-    _check_budget_params,
-    _check_counter,
-    _Ledger,
-    _normalize_tools,
-    check_format_template,
-)
 from memstore.errors import ContextBudgetError
-from memstore.history import HistorySource, ListHistory
 from memstore.models import (
     DEFAULT_SUMMARY_TEMPLATE,
     ContextWindow,
@@ -34,8 +25,18 @@ from memstore.models import (
 )
 from memstore.tokens import TokenCounter, count_tool_schemas, validate_counter
 from memstore.tokens._checked import checked_counter
-from memstore.units import BackwardUnits, ReverseReader, Unit
-from memstore.views import _VIEW_CLASSES, ContextView
+from memstore.views.base import ContextView
+from memstore.views.builtin import _VIEW_CLASSES
+from memstore.views.history import HistorySource, ListHistory
+from memstore.views.parts import (
+    _budget_page,
+    _check_budget_params,
+    _check_counter,
+    _Ledger,
+    _normalize_tools,
+    check_format_template,
+)
+from memstore.views.units import BackwardUnits, ReverseReader, Unit
 
 __all__ = ["Fold", "SummaryView", "plan_fold"]
 
@@ -264,7 +265,7 @@ class SummaryView(ContextView):
         Raises:
             ConfigurationError: ``counter`` does not implement the TokenCounter protocol.
             InvalidInputError: ``messages`` or ``summaries`` are not stored ones (see
-                :class:`~memstore.history.ListHistory`).
+                :class:`~memstore.views.history.ListHistory`).
         """
         return self.select(ListHistory(messages, summaries=summaries),
                            checked_counter(validate_counter(counter)))

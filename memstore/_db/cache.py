@@ -22,7 +22,7 @@ What memstore cannot see: an UPDATE or DELETE run on its tables by hand, outside
 memstore, that leaves ``epoch`` alone. Such a change must also set
 ``memstore_conversations.epoch`` to a new value (any value it never had), or the
 application must call ``store.clear_cache()``. Epoch 0, the value of conversations
-written before migration 0002, is never trusted (see ``memstore._window.UNTRUSTED_EPOCH``).
+written before migration 0002, is never trusted (see ``memstore._db.window.UNTRUSTED_EPOCH``).
 
 Stored summaries are not message rows: they are never cached, and ``summarize``
 leaves the epoch alone (it changes no message). Operations that delete summaries
@@ -30,7 +30,7 @@ leaves the epoch alone (it changes no message). Operations that delete summaries
 window's summary read carries the same epoch check as its range reads.
 
 Windows share the cached models: they are frozen, and their ``metadata``,
-``content`` parts and ``tool_calls`` are read-only containers (:mod:`memstore._readonly`),
+``content`` parts and ``tool_calls`` are read-only containers (:mod:`memstore._db.readonly`),
 so no caller can change what a later window reads.
 
 The cache is bounded by a number of messages (the store's ``cache_size``); the
@@ -57,7 +57,7 @@ import threading
 from collections import OrderedDict
 from typing import NamedTuple
 
-from memstore._fork import after_fork_in_child
+from memstore._db.fork import after_fork_in_child
 from memstore.models import StoredMessage
 
 __all__ = ["DEFAULT_CACHE_SIZE", "CacheEntry", "CacheInfo", "RowCache"]

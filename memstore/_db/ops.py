@@ -3,7 +3,7 @@
 Each function runs inside a transaction its caller opened. ``MemoryStore`` calls
 them directly; ``AsyncMemoryStore`` calls the very same functions through
 ``AsyncConnection.run_sync``. They take and return pydantic models only; rows
-never leave this layer (:mod:`memstore._rows` decodes them, :mod:`memstore._window`
+never leave this layer (:mod:`memstore._db.rows` decodes them, :mod:`memstore._db.window`
 serves a window's reads).
 """
 
@@ -18,9 +18,9 @@ from sqlalchemy import Connection, Row
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.util import await_only
 
-from memstore import _rewrite
-from memstore import _statements as q
-from memstore._rows import (
+from memstore._db import rewrite as _rewrite
+from memstore._db import statements as q
+from memstore._db.rows import (
     Prepared,
     autocommit_off,
     autocommit_on,
@@ -34,8 +34,8 @@ from memstore._rows import (
     to_summary,
     utcnow,
 )
+from memstore._db.window import SQLHistory
 from memstore._validate import conversation_full
-from memstore._window import SQLHistory
 from memstore.errors import (
     ConflictError,
     ConversationNotFoundError,
@@ -49,8 +49,8 @@ from memstore.models import (
     Summary,
     build_trusted,
 )
-from memstore.summary_view import plan_fold
 from memstore.tokens import TokenCounter
+from memstore.views.summary import plan_fold
 
 __all__ = ["SummaryDraft"]
 
@@ -386,7 +386,7 @@ def _append_batch(
 def insert_message_rows(conn: Connection, rows: list[dict[str, Any]]) -> None:
     """Insert message rows (:func:`message_row` dicts) inside the open transaction.
 
-    PostgreSQL: one ``COPY ... FROM STDIN`` (see :class:`memstore._statements.CopyMessages`);
+    PostgreSQL: one ``COPY ... FROM STDIN`` (see :class:`memstore._db.statements.CopyMessages`);
     a driver error is wrapped as SQLAlchemy would, so it is translated the same way.
     SQLite: an ``executemany`` of the INSERT.
     """
@@ -517,7 +517,7 @@ def rewrite(
 
     The conversation row is locked first (as ``pop`` and appends lock it), so the read,
     ``replace`` and the write are one step for every other writer. The rules (seqs,
-    rows left in place, summaries, epoch) are in :mod:`memstore._rewrite`. Returns the
+    rows left in place, summaries, epoch) are in :mod:`memstore._db.rewrite`. Returns the
     replacement as stored; ConversationNotFoundError (``replace`` not called), or
     ConflictError for an id of a message that is not replaced.
     """
@@ -653,7 +653,7 @@ def summarize_read(
 ) -> SummaryDraft:
     """Find the units ``summarize`` folds in (read in one snapshot; writes nothing).
 
-    See :func:`memstore.summary_view.plan_fold`: reads the kept units and the
+    See :func:`memstore.views.summary.plan_fold`: reads the kept units and the
     folded ones, O(what changed since the last summary), never the summarized
     history again.
     """

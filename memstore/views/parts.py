@@ -1,7 +1,7 @@
 """Parts the context views share (internal).
 
 Checks of their arguments, the ledger of what a window kept and left out, first-page
-sizing and the budget check. :mod:`memstore.views` and :mod:`memstore.summary_view`
+sizing and the budget check. :mod:`memstore.views` and :mod:`memstore.views.summary`
 build their views from these. Pure: no SQL, no I/O.
 """
 
@@ -12,11 +12,10 @@ import math
 import re
 import string
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from memstore._validate import MAX_VIEW_INT, check_flag, check_json, short_repr, text_problem
 from memstore.errors import ConfigurationError, ContextBudgetError
-from memstore.history import HistorySource
 from memstore.models import (
     ContextWindow,
     Message,
@@ -27,10 +26,15 @@ from memstore.models import (
     build_trusted,
 )
 from memstore.tokens import TokenCounter, counter_priming, validate_counter
-from memstore.units import DEFAULT_FIRST_PAGE, DEFAULT_MAX_PAGE, AnchorSet, Unit, resolve_anchors
-
-if TYPE_CHECKING:
-    from memstore.views import ContextView
+from memstore.views.base import ContextView
+from memstore.views.history import HistorySource
+from memstore.views.units import (
+    DEFAULT_FIRST_PAGE,
+    DEFAULT_MAX_PAGE,
+    AnchorSet,
+    Unit,
+    resolve_anchors,
+)
 
 __all__ = [
     "BUDGET_MAX_FIRST_PAGE",

@@ -1,7 +1,7 @@
 """The window's read path: one conversation's rows as a :class:`HistorySource`.
 
 :class:`SQLHistory` serves a view's reads from precompiled statements on the DBAPI
-cursor, with the row cache (:mod:`memstore._cache`); :func:`window` runs a view over it.
+cursor, with the row cache (:mod:`memstore._db.cache`); :func:`window` runs a view over it.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.util import await_only
 
-from memstore import _statements as q
-from memstore._cache import RowCache
-from memstore._rows import decode_raw, driver_error, to_summary
+from memstore._db import statements as q
+from memstore._db.cache import RowCache
+from memstore._db.rows import decode_raw, driver_error, to_summary
 from memstore.errors import ConversationNotFoundError
-from memstore.history import SourceBase
 from memstore.models import StoredMessage, Summary
-from memstore.views import checked_window
+from memstore.views.base import checked_window
+from memstore.views.history import SourceBase
 
 __all__ = ["UNTRUSTED_EPOCH", "SQLHistory", "StaleRead", "window"]
 
@@ -37,16 +37,16 @@ class StaleRead(Exception):
 
 
 class SQLHistory(SourceBase):
-    """:class:`memstore.history.HistorySource` over one conversation's rows.
+    """:class:`memstore.views.history.HistorySource` over one conversation's rows.
 
     Every read is an indexed range on ``(conversation_id, seq)``; anchored messages
     come through the partial index, with the conversation row. The statements are
-    precompiled per dialect (see :func:`memstore._statements.hot`) and run on the
+    precompiled per dialect (see :func:`memstore._db.statements.hot`) and run on the
     DBAPI cursor.
 
-    With a :class:`~memstore._cache.RowCache`, rows decoded by earlier windows of the
+    With a :class:`~memstore._db.cache.RowCache`, rows decoded by earlier windows of the
     same conversation are reused while the conversation's epoch is unchanged (see
-    :mod:`memstore._cache`): only missing seqs are read from the database, and
+    :mod:`memstore._db.cache`): only missing seqs are read from the database, and
     :meth:`remember` stores what this window decoded. ``rows_read`` counts the rows
     returned to the view, ``rows_cached`` those of them that came from the cache.
 
@@ -63,7 +63,7 @@ class SQLHistory(SourceBase):
     **The first page comes with the first statement.** Given the ``budget`` of a
     budgeted view, the first statement also returns the conversation's newest
     messages, as many as the view's first page asks for (estimated in SQL from the
-    conversation's counts, see ``memstore._statements._conversation_page``; the view
+    conversation's counts, see ``memstore._db.statements._conversation_page``; the view
     learns the number through :meth:`first_page_for`). Rows the cache holds under the
     current epoch are left out. A cold window thus also costs one statement (one round
     trip) as long as its first page holds it.
@@ -292,7 +292,7 @@ class SQLHistory(SourceBase):
                             max_page: int) -> Iterator[StoredMessage]:
         """Messages with ``floor <= seq < before``, newest first, decoded as they are taken.
 
-        The optional streaming hook of a source (see :class:`memstore.units.ReverseReader`):
+        The optional streaming hook of a source (see :class:`memstore.views.units.ReverseReader`):
         rows come from the database a page at a time (``first_page`` rows, doubling up to
         ``max_page``; a page that came with the first statement counts as the first), but
         each becomes a model only when the consumer takes it, so a view that stops early

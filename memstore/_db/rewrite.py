@@ -1,6 +1,6 @@
 """``rewrite``, planned: what replacing the newest messages changes (no SQL here).
 
-:func:`memstore._ops.rewrite` runs the transaction: with the conversation row locked it
+:func:`memstore._db.ops.rewrite` runs the transaction: with the conversation row locked it
 reads the messages, calls the caller's function (wrapped by
 :class:`memstore._base.RewriteCall`, which checks its result and counts its tokens)
 through :func:`call`, and writes what :func:`compare`, :func:`message_rows` and
@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import Connection
 from sqlalchemy.util import await_only
 
-from memstore._rows import Prepared, message_row, new_message_ids
+from memstore._db.rows import Prepared, message_row, new_message_ids
 from memstore._validate import MAX_SEQ, conversation_full
 from memstore.errors import ConflictError
 from memstore.models import Message, StoredMessage

@@ -26,7 +26,7 @@ and sibling results. An *incomplete* unit is never emitted, even when one of its
 messages is pinned: sending it would make the provider reject the request.
 
 Grouping works on a whole chronological list (:func:`group_units`) and
-incrementally while reading a :class:`~memstore.history.HistorySource`
+incrementally while reading a :class:`~memstore.views.history.HistorySource`
 newest-first (:class:`BackwardUnits` over a :class:`ReverseReader`) or
 oldest-first (:class:`ForwardUnits` over a :class:`ForwardReader`). A run may
 straddle page boundaries; the readers simply fetch the next page.
@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 from types import GeneratorType
 from typing import NamedTuple
 
-from memstore.history import HistorySource
 from memstore.models import ANCHOR_ROLES, StoredMessage
 from memstore.tokens import TokenCounter
+from memstore.views.history import HistorySource
 
 __all__ = [
     "AnchorSet",

@@ -31,7 +31,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.util import await_only
 from sqlalchemy.util.concurrency import in_greenlet
 
-from memstore._fork import after_fork_in_child
+from memstore._db.fork import after_fork_in_child
 from memstore.errors import ConfigurationError, MissingDependencyError
 
 if TYPE_CHECKING:  # the asyncio extension (and SQLAlchemy's ORM with it) loads with the async store

@@ -3,11 +3,11 @@
 Built in: :class:`Strict` (raise), :class:`Drop` (leave the block out),
 :class:`TruncateOldest` (remove the oldest units) and :class:`Summarize` (replace the
 block by a summary). A custom strategy subclasses :class:`Strategy` and implements
-:meth:`Strategy.apply`. :class:`~memstore.builder.ContextBuilder` applies a block's
+:meth:`Strategy.apply`. :class:`~memstore.context.builder.ContextBuilder` applies a block's
 strategy only when the block does not fit, and checks what it returns.
 
 Units: an assistant message with ``tool_calls`` and the ``tool`` messages right
-after it form one unit (the run rule of :mod:`memstore.units`); no strategy here
+after it form one unit (the run rule of :mod:`memstore.views.units`); no strategy here
 ever splits one. Pure: no I/O (a summarizer may do I/O; the builder calls it).
 """
 
@@ -44,7 +44,7 @@ __all__ = [
 
 #: A summarizer: called with a block's messages, returns the summary text (which
 #: becomes a ``system`` message) or a message. May be ``async`` (then only
-#: :meth:`~memstore.builder.ContextBuilder.acompile` can call it).
+#: :meth:`~memstore.context.builder.ContextBuilder.acompile` can call it).
 Summarizer = Callable[[list[Message]], str | Message | Awaitable[str | Message]]
 
 
@@ -57,7 +57,7 @@ def units_of(messages: Sequence[Message]) -> list[tuple[int, int]]:
     An assistant message with ``tool_calls`` and every ``tool`` message right after
     it form one unit (a whole run: a stray result inside the run stays with it);
     every other message is a unit of its own. A superset of
-    :func:`memstore.units.group_units`' grouping, so it never splits one of its units.
+    :func:`memstore.views.units.group_units`' grouping, so it never splits one of its units.
     """
     out: list[tuple[int, int]] = []
     i, n = 0, len(messages)
@@ -242,7 +242,7 @@ class TruncateOldest(Strategy):
     * ``system``, ``developer`` and pinned messages are never removed; roles in
       ``protect_roles`` are added to them. A unit holding a protected message is
       protected whole (removing a turn removes its unprotected units only). In a
-      history block (:class:`~memstore.builder.HistoryBlock`) the newest unit that
+      history block (:class:`~memstore.context.builder.HistoryBlock`) the newest unit that
       holds no anchored message (the turn being answered, as every view keeps it)
       is protected too; with ``keep_turns_atomic``, so is the whole turn holding it
       (its user message and everything after it).
@@ -403,13 +403,13 @@ class Summarize(Strategy):
     :class:`~memstore.errors.ContextBudgetError` naming the block, and a block of
     anchored messages only is not summarized. The summarizer's errors propagate
     unchanged. An ``async`` summarizer works only under
-    :meth:`~memstore.builder.ContextBuilder.acompile`.
+    :meth:`~memstore.context.builder.ContextBuilder.acompile`.
 
     A history block read through a budgeted view (the default) cannot use it: the
-    :class:`~memstore.builder.Block` refuses it with a
+    :class:`~memstore.context.builder.Block` refuses it with a
     :class:`~memstore.errors.ConfigurationError`, since summarizing what the view
     leaves out would re-read and re-summarize the whole history on every compile.
-    ``store.summarize`` with a :class:`~memstore.summary_view.SummaryView` keeps a
+    ``store.summarize`` with a :class:`~memstore.views.summary.SummaryView` keeps a
     persistent summary in O(window); a count-based view works with ``Summarize``.
 
     Args:

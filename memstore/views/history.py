@@ -38,7 +38,7 @@ class HistorySource(Protocol):
     messages lazily offers ``stream_newest_first(before, floor, first_page, max_page)``,
     an iterator of the messages with ``floor <= seq < before``, newest first, counting
     in ``rows_read`` each message as it is taken;
-    :class:`~memstore.units.ReverseReader` then reads through it instead of
+    :class:`~memstore.views.units.ReverseReader` then reads through it instead of
     :meth:`read_newest_first` (the store reads pages of rows as the reader would ask for
     them and decodes a row only when it is taken).
     """

@@ -2,14 +2,14 @@
 
 A view is a small frozen configuration object with a pure selection algorithm. It
 runs no SQL and does no I/O of its own: it pulls what it needs from a
-:class:`~memstore.history.HistorySource` (the store implements one with indexed
-range queries, :class:`~memstore.history.ListHistory` wraps a list), newest-first
+:class:`~memstore.views.history.HistorySource` (the store implements one with indexed
+range queries, :class:`~memstore.views.history.ListHistory` wraps a list), newest-first
 and page by page, and stops as soon as older messages cannot change its result.
 Reading a window never writes.
 
 Rules shared by every view:
 
-* **Units.** Messages are kept or dropped in units (see :mod:`memstore.units`):
+* **Units.** Messages are kept or dropped in units (see :mod:`memstore.views.units`):
   an assistant tool call and the results answering it are one unit. Incomplete
   units (an unanswered or partially answered call, an orphan tool result) are
   left out of every view, :class:`UnboundedView` included, and reported with
@@ -44,19 +44,29 @@ Rules shared by every view:
 
 from __future__ import annotations
 
-import abc
 import heapq
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any, ClassVar, Literal, cast
+from typing import Any, ClassVar, Literal
 
-from pydantic import JsonValue
-
-from memstore._validate import MAX_JSON_FLOAT, MAX_SEQ, text_problem
-from memstore._viewparts import (
+from memstore._validate import MAX_SEQ, text_problem
+from memstore.errors import ConfigurationError, InvalidInputError, MemstoreError
+from memstore.models import (
+    ContextWindow,
+    Message,
+    StoredMessage,
+)
+from memstore.tokens import (
+    TokenCounter,
+    count_tool_schemas,
+    counter_from_name,
+    validate_counter,
+)
+from memstore.views.base import ContextView
+from memstore.views.history import HistorySource
+from memstore.views.parts import (
     _budget_check,
     _budget_page,
     _check_bool,
@@ -70,21 +80,7 @@ from memstore._viewparts import (
     _normalize_tools,
     _short,
 )
-from memstore.errors import ConfigurationError, InvalidInputError, MemstoreError
-from memstore.history import HistorySource, ListHistory
-from memstore.models import (
-    ContextWindow,
-    Message,
-    StoredMessage,
-)
-from memstore.tokens import (
-    TokenCounter,
-    count_tool_schemas,
-    counter_from_name,
-    validate_counter,
-)
-from memstore.tokens._checked import checked_counter
-from memstore.units import (
+from memstore.views.units import (
     DEFAULT_MAX_PAGE,
     BackwardUnits,
     ForwardReader,
@@ -112,106 +108,6 @@ DEFAULT_PLACEHOLDER_TEMPLATE = "Skipped {n} {messages}."
 
 PlaceholderRole = Literal["user", "assistant", "system", "developer"]
 _PLACEHOLDER_ROLES = ("user", "assistant", "system", "developer")
-
-
-# ---- the base class ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ContextView(abc.ABC):
-    """Base class of the context views: a frozen configuration with a pure selection.
-
-    Subclasses implement :meth:`select`. :meth:`to_config` and
-    :func:`view_from_config` round-trip any view through JSON.
-
-    Attributes:
-        budgeted: ``True`` for views with a ``token_limit`` (class attribute).
-    """
-
-    budgeted: ClassVar[bool] = False
-
-    @abc.abstractmethod
-    def select(self, source: HistorySource, counter: TokenCounter) -> ContextWindow:
-        """Build the window over ``source``.
-
-        Args:
-            source: the conversation's history (read newest-first, page by page).
-            counter: the token counter to use (the store passes
-                ``view.resolve_counter(store.counter)``).
-
-        Raises:
-            ContextBudgetError: a budgeted view cannot fit the anchored messages and
-                the newest unit.
-        """
-
-    def apply(self, messages: Sequence[StoredMessage], counter: TokenCounter) -> ContextWindow:
-        """Build the window over a list of one conversation's stored messages.
-
-        Raises:
-            ConfigurationError: ``counter`` does not implement the TokenCounter protocol.
-            InvalidInputError: ``messages`` are not stored messages of one conversation
-                with contiguous seqs (see :class:`~memstore.history.ListHistory`).
-        """
-        return checked_window(self, self.select(ListHistory(messages),
-                                                checked_counter(validate_counter(counter))))
-
-    def resolve_counter(self, default: TokenCounter) -> TokenCounter:
-        """The counter this view uses: its own ``counter`` if it names one, else ``default``.
-
-        A custom counter of the view's own is wrapped so that each count it returns is
-        checked (an int >= 0, else :class:`~memstore.errors.ConfigurationError`): it
-        counts at window time, where nothing else checks it.
-        """
-        own = getattr(self, "counter", None)
-        return checked_counter(cast(TokenCounter, own)) if own is not None else default
-
-    def to_config(self) -> dict[str, JsonValue]:
-        """The view as JSON: ``{"type": <class name>, <parameter>: <value>, ...}``.
-
-        A counter is saved by its ``name``; tool schemas as a list of objects.
-        """
-        config: dict[str, JsonValue] = {"type": type(self).__name__}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "counter":
-                config[f.name] = None if value is None else cast(TokenCounter, value).name
-            elif f.name == "tools":
-                config[f.name] = None if value is None else cast(JsonValue, json.loads(
-                    json.dumps(list(value))))
-            elif isinstance(value, float):
-                config[f.name] = _json_number(value)
-            else:
-                config[f.name] = cast(JsonValue, value)
-        return config
-
-
-def checked_window(view: ContextView, result: object) -> ContextWindow:
-    """``result`` of ``view.select``, checked: a custom view must return a ContextWindow.
-
-    Raises:
-        ConfigurationError: it returned something else (a list of messages, ``None``).
-    """
-    if not isinstance(result, ContextWindow):
-        raise ConfigurationError(
-            f"{type(view).__name__}.select returned {type(result).__name__}, not a "
-            "ContextWindow"
-        )
-    return result
-
-
-def _json_number(value: float) -> JsonValue:
-    """A float parameter as a JSON value that reads back equal from both databases.
-
-    ``jsonb`` has no ``-0.0`` and prints floats of 1e16 or more as integers, so the
-    JSON rules refuse them (see docs/input-rules.md); a view accepts them
-    (``ScoreBasedView(half_life=1e20)``), so its config writes ``0.0`` and the
-    integer, which are equal to them and build an equal view.
-    """
-    if value == 0:
-        return 0.0
-    if abs(value) >= MAX_JSON_FLOAT:
-        return int(value)  # exact: a float this large is an integer
-    return value
 
 
 # ---- the views --------------------------------------------------------------------------
@@ -559,7 +455,7 @@ class _Decay:
 
         Decay never increases along the newest-first walk (positions grow; ages are
         running maxima), so ``max_score * decay(next)`` bounds everything older.
-        When :class:`~memstore.units.BackwardUnits` yields a candidate, every message
+        When :class:`~memstore.views.units.BackwardUnits` yields a candidate, every message
         it has consumed belongs to a unit already yielded or to an orphan, so this
         bounds every candidate not yet yielded too.
         """

@@ -1,6 +1,6 @@
 """Snapshots in and out: state, keyset pages, and loads in bounded batches.
 
-Functions on a SQLAlchemy ``Connection``, like :mod:`memstore._ops` (whose write and
+Functions on a SQLAlchemy ``Connection``, like :mod:`memstore._db.ops` (whose write and
 read primitives they use), that move a whole conversation at a time:
 ``save_state``/``load_state``, the keyset pages ``iter_messages`` and exports read,
 and the :class:`Loader` that imports and streamed ``load_state`` write with, one
@@ -16,9 +16,9 @@ from typing import Any
 from sqlalchemy import Connection, Row
 from sqlalchemy import exc as sa_exc
 
-from memstore import _ops
-from memstore import _statements as q
-from memstore._rows import Prepared, message_row, to_conversation, to_stored, utcnow
+from memstore._db import ops as _ops
+from memstore._db import statements as q
+from memstore._db.rows import Prepared, message_row, to_conversation, to_stored, utcnow
 from memstore._validate import check_counter_name, check_token_count
 from memstore.errors import ConflictError, InvalidInputError
 from memstore.models import (
@@ -296,7 +296,7 @@ class Recounter:
 
 def _insert_rows(conn: Connection, cid: str, rows: list[dict[str, Any]], *,
                  appending: bool) -> None:
-    """Insert loaded rows in chunks of :data:`memstore._ops.INSERT_CHUNK`.
+    """Insert loaded rows in chunks of :data:`memstore._db.ops.INSERT_CHUNK`.
 
     ``appending``: the conversation held messages before this load, so a unique
     violation is an id it already stores (a :class:`ConflictError` saying so);
@@ -390,7 +390,7 @@ class Loader:
         self._top = 1.0
 
     def add(self, batch: Sequence[StoredMessage]) -> None:
-        """Write one batch (at most :data:`memstore._ops.INSERT_CHUNK` messages is a good size)."""
+        """Write one batch (at most :data:`memstore._db.ops.INSERT_CHUNK` messages is good)."""
         if not batch:
             return
         self.last_seq = batch[-1].seq

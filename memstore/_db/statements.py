@@ -40,8 +40,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.dml import Insert
 
+from memstore._db.schema import VERSION_TABLE, conversations, messages, summaries
 from memstore._validate import MAX_SEQ
-from memstore.schema import VERSION_TABLE, conversations, messages, summaries
 
 __all__ = [
     "CompiledSQL",
@@ -172,7 +172,7 @@ def allocate_seqs(
     """Reserve ``count`` seqs in one statement; returns ``(statement, parameters)``.
 
     The statement returns no row when the seqs would pass :data:`MAX_SEQ` (see
-    :func:`memstore._ops.allocated`).
+    :func:`memstore._db.ops.allocated`).
 
     ``INSERT ... ON CONFLICT (id) DO UPDATE SET last_seq = last_seq + count ...
     RETURNING last_seq``: creates the conversation on first use, and on PostgreSQL
@@ -333,7 +333,7 @@ def delete_summaries(cid: str, *, last_from: int | None = None) -> Delete:
 # A window runs a handful of small SELECTs. SQLAlchemy's per-execution machinery costs
 # more than the query itself here, so the window path compiles these builders once per
 # dialect and runs the SQL text with ``exec_driver_sql`` (rows are decoded by
-# ``memstore._ops``). The statements are still built here, once, from the schema.
+# ``memstore._db.ops``). The statements are still built here, once, from the schema.
 
 @functools.cache
 def _hot_statements() -> dict[str, Any]:
@@ -353,7 +353,7 @@ def _hot_statements() -> dict[str, Any]:
         ),
         # The same range, outside a transaction: rows come back only while the
         # conversation's epoch is still the one the window started from (see
-        # ``memstore._window.SQLHistory``). The subquery is uncorrelated: evaluated once.
+        # ``memstore._db.window.SQLHistory``). The subquery is uncorrelated: evaluated once.
         "range_checked": messages_range(
             cid, start=bindparam("start", type_=BigInteger),
             stop=bindparam("stop", type_=BigInteger), columns=WINDOW_COLUMNS,
@@ -446,7 +446,7 @@ def _latest_number(cid: BindParameter[str], last: BindParameter[int]) -> Any:
 
 @functools.cache
 def _write_statements(dialect: str) -> dict[str, Any]:
-    """The append path's statements (run on the DBAPI cursor, see ``memstore._ops``)."""
+    """The append path's statements (run on the DBAPI cursor, see ``memstore._db.ops``)."""
     cols = list(messages.c)
     row = {c.name: bindparam(c.name, type_=c.type) for c in cols}
     out: dict[str, Any] = {

@@ -1,7 +1,7 @@
 """Rows and models: decoding driver rows, building insert rows, driver errors.
 
-The bottom of the database layer, shared by :mod:`memstore._ops` (every operation),
-:mod:`memstore._snapshots` (state and streamed loads) and :mod:`memstore._window` (the
+The bottom of the database layer, shared by :mod:`memstore._db.ops` (every operation),
+:mod:`memstore._db.snapshots` (state and streamed loads) and :mod:`memstore._db.window` (the
 window's read path). Rows never leave these modules; callers get pydantic models.
 """
 
@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from sqlalchemy import Connection, Row
 from sqlalchemy import exc as sa_exc
 
-from memstore._readonly import EMPTY, ReadOnlyList, freeze
+from memstore._db.readonly import EMPTY, ReadOnlyList, freeze
 from memstore.models import (
     ANCHOR_ROLES,
     Conversation,
@@ -118,7 +118,7 @@ def _parts(raw: list[Any]) -> list[Any]:
 def to_stored(row: Any) -> StoredMessage:
     """Build a StoredMessage from a trusted row without re-validating it.
 
-    ``row`` holds :data:`memstore._statements.MESSAGE_COLUMNS` as SQLAlchemy returns
+    ``row`` holds :data:`memstore._db.statements.MESSAGE_COLUMNS` as SQLAlchemy returns
     them (decoded JSON, aware UTC timestamps): :func:`decode_raw`'s decoded case.
     """
     return decode_raw(row[1:], "postgresql", row[0])
@@ -339,7 +339,7 @@ def autocommit_off(conn: Connection, dbapi: Any) -> None:
 
 
 def to_summary(row: Sequence[Any]) -> Summary:
-    """Build a Summary from a trusted row of :data:`memstore._statements.SUMMARY_COLUMNS`."""
+    """Build a Summary from a trusted row of :data:`memstore._db.statements.SUMMARY_COLUMNS`."""
     cid, number, first, last, text, tokens, counter, created_at = row
     if not isinstance(created_at, datetime):  # SQLite through the DBAPI cursor
         created_at = sqlite_time(created_at)
