@@ -53,19 +53,17 @@ from memstore.errors import (
 )
 from memstore.models import (
     ContentPart,
-    ContextWindow,
     Conversation,
     ConversationState,
     ImagePart,
     ImageURL,
+    LoadReport,
     Message,
-    Omission,
     StoredMessage,
     StoreStats,
     Summary,
     TextPart,
     ToolCall,
-    WindowReport,
 )
 from memstore.store import ChatContext, MemoryStore
 from memstore.tokens import (
@@ -80,7 +78,6 @@ from memstore.transfer import (
     ExportResult,
     ImportedConversation,
     ImportResult,
-    LoadReport,
     export_jsonl,
     import_jsonl,
 )
@@ -96,6 +93,7 @@ from memstore.views import (
 )
 from memstore.views.history import HistorySource, ListHistory
 from memstore.views.summary import SummaryView
+from memstore.views.window import ContextWindow, Omission, WindowReport
 
 if _TYPE_CHECKING:
     from memstore.aio import AsyncChatContext, AsyncMemoryStore

@@ -2,8 +2,8 @@
 
 The stores differ only in how they reach a ``Connection``: ``MemoryStore`` opens
 one, ``AsyncMemoryStore`` hands the same function to ``AsyncConnection.run_sync``.
-Everything else (validation, token counting, the SQL in :mod:`memstore._db.ops`, view
-selection in :mod:`memstore.views`) is written once, here and there.
+Everything else (validation, token counting, the SQL in `memstore._db.ops`, view
+selection in `memstore.views`) is written once, here and there.
 """
 
 from __future__ import annotations
@@ -58,7 +58,6 @@ from memstore.errors import (
 )
 from memstore.models import (
     MAX_ID_LENGTH,
-    ContextWindow,
     Conversation,
     ConversationState,
     Message,
@@ -68,6 +67,7 @@ from memstore.models import (
 )
 from memstore.tokens import TokenCounter, count_each, default_counter, validate_counter
 from memstore.views import ContextView
+from memstore.views.window import ContextWindow
 
 T = TypeVar("T")
 E = TypeVar("E")
@@ -92,7 +92,7 @@ def run_in_transaction(
 ) -> T:
     """Run ``fn(conn, *args)`` in one transaction of the right kind.
 
-    Writes are ``BEGIN IMMEDIATE`` on SQLite (see :mod:`memstore._db.engine`); reads that
+    Writes are ``BEGIN IMMEDIATE`` on SQLite (see `memstore._db.engine`); reads that
     span several statements get one snapshot. Any exception rolls everything back.
     """
     options = write_options() if write else read_options(conn.dialect.name, snapshot=snapshot)
@@ -105,10 +105,10 @@ def run_without_transaction(conn: Connection, fn: Callable[..., T], args: tuple[
     """Run a read ``fn(conn, *args)`` with no transaction: each statement autocommits.
 
     For reads that validate themselves across statements and raise
-    :class:`memstore._db.window.StaleRead` otherwise (the window path). SQLite connections
+    `memstore._db.window.StaleRead` otherwise (the window path). SQLite connections
     already autocommit until memstore emits ``BEGIN``; a PostgreSQL connection is
     switched to autocommit (the driver's client-side flag, reset before the connection
-    is used otherwise, see :func:`memstore._db.rows.autocommit_on`), so no
+    is used otherwise, see `memstore._db.rows.autocommit_on()`), so no
     ``BEGIN``/``COMMIT`` round trips are made.
     """
     if conn.dialect.name != "postgresql":
@@ -124,13 +124,13 @@ def schema_needs_write(conn: Connection, mode: MigrateMode) -> bool:
     """Apply the ``migrate`` policy as far as a read allows (no write lock taken).
 
     Reads the stamped revision. A revision this memstore does not know raises
-    :class:`SchemaTooNewError` in every mode (``"off"`` included: it never writes
+    `SchemaTooNewError` in every mode (``"off"`` included: it never writes
     into a newer schema). At head, or with ``"off"``: nothing to do (``False``).
     Behind: ``True`` when the mode upgrades (the caller then runs
-    :func:`ensure_schema` in a write transaction), else :class:`SchemaOutOfDateError`.
+    `ensure_schema()` in a write transaction), else `SchemaOutOfDateError`.
 
     Also compiles the hot statements for the connection's dialect (see
-    :func:`memstore._db.statements.precompile`): opening a store pays that, not the first
+    `memstore._db.statements.precompile()`): opening a store pays that, not the first
     window or append of a fresh process.
     """
     _statements.precompile(conn.dialect)
@@ -148,9 +148,9 @@ def check_database_exists(url: Any, mode: MigrateMode) -> None:
     """Check a SQLite file path before connecting (SQLite's own error names no path).
 
     ``migrate="check"``/``"off"`` never create a SQLite file: a missing one is
-    :class:`DatabaseNotFoundError`. In every mode a path that is a directory, or (in a
+    `DatabaseNotFoundError`. In every mode a path that is a directory, or (in a
     mode that creates the file) one whose directory does not exist, is a
-    :class:`~memstore.errors.ConfigurationError` naming it.
+    `ConfigurationError` naming it.
     """
     if url.get_backend_name() != "sqlite":
         return
@@ -339,7 +339,7 @@ def coerce_message(message: Any) -> Message:
 
     A Message that skipped validation (``model_copy(update=...)``, ``model_construct``,
     a metadata dict changed in place) is validated again: see
-    :func:`memstore.models.checked_message`.
+    `memstore.models.checked_message()`.
     """
     if isinstance(message, StoredMessage):
         return message.as_message()
@@ -357,7 +357,7 @@ def prepare(counter: TokenCounter, messages: Iterable[Any]) -> list[_rows.Prepar
     """Validate every message and count its tokens, before any database work.
 
     A batch is counted through the counter's ``count_each`` (see
-    :func:`memstore.tokens.count_each`): the default counter spreads a large one across
+    `memstore.tokens.count_each()`): the default counter spreads a large one across
     threads.
     """
     items = list(map(coerce_message, messages))
@@ -419,7 +419,7 @@ class Plan:
     """One store call, ready to run: what both stores execute.
 
     Attributes:
-        fn: an :mod:`memstore._db.ops` (or :mod:`memstore._db.snapshots`) function, called as
+        fn: an `memstore._db.ops` (or `memstore._db.snapshots`) function, called as
             ``fn(conn, *args[, prepared])``.
         args: its arguments (already validated).
         write: run in a write transaction.
@@ -429,10 +429,10 @@ class Plan:
             worker thread so the event loop keeps going.
         prepare_items: how many items ``prepare`` handles (the async store's hint).
         optimistic: first try without a transaction (the read validates itself and
-            raises :class:`memstore._db.window.StaleRead` when it must be redone in one).
+            raises `memstore._db.window.StaleRead` when it must be redone in one).
         direct: tried first, with no transaction open, called like ``fn``: it runs
             its own transaction on the DBAPI connection (see
-            :func:`memstore._db.ops.append_direct`) or returns ``None``, untouched, when
+            `memstore._db.ops.append_direct()`) or returns ``None``, untouched, when
             it does not apply; ``fn`` then runs as usual.
     """
 
@@ -630,7 +630,7 @@ class Planner:
 class RewriteCall:
     """The user's ``rewrite`` function, wrapped: called inside the write transaction.
 
-    Calls ``fn`` with the messages read, checks its result (:func:`replacements`) and
+    Calls ``fn`` with the messages read, checks its result (`replacements()`) and
     counts the tokens of what changed. Anything it raises rolls the rewrite back.
     """
 
@@ -695,13 +695,14 @@ def replacements(result: Any, read: list[StoredMessage],
                  counter: TokenCounter) -> list[_rewrite.Replacement]:
     """Check a rewrite function's result and make it storable.
 
-    ``result`` must be an iterable of :class:`Message` (each stored as a new message:
+    ``result`` must be an iterable of [`Message`][memstore.Message] (each stored as a new message:
     its ``id`` if it has one, else a new one, and the current time) or
-    :class:`StoredMessage` (it keeps its id, ``created_at``, score, pin, name and
+    [`StoredMessage`][memstore.StoredMessage] (it keeps its id, ``created_at``, score, pin, name and
     metadata; only its seq changes). Ids must be unique within the result.
 
     Token counts: a message with the id of a message read and the same content (see
-    :meth:`Message.same_content`) keeps that message's stored count and counter name;
+    [`Message.same_content()`][memstore.Message.same_content]) keeps that message's stored count and
+    counter name;
     every other message is counted with ``counter`` (the store's), as ``extend`` counts.
 
     Raises:
@@ -767,7 +768,7 @@ SUMMARIZE_ATTEMPTS = 8
 
 @dataclass(frozen=True)
 class SummarizerCall:
-    """A step of :func:`summarize_steps`: call the user's summarizer (outside any transaction)."""
+    """A step of `summarize_steps()`: call the user's summarizer (outside any transaction)."""
 
     summarizer: Callable[[list[Message]], Any]
     messages: list[Message]
@@ -800,8 +801,8 @@ def summarize_steps(
 ) -> SummarizeSteps:
     """``summarize`` as steps: read (one snapshot), call the summarizer, write (one lock).
 
-    Yields :class:`Plan` objects (the store runs each in its own transaction and
-    sends back the result) and one :class:`SummarizerCall` per attempt (the store
+    Yields `Plan` objects (the store runs each in its own transaction and
+    sends back the result) and one `SummarizerCall` per attempt (the store
     calls the summarizer, with no transaction open, and sends back its output).
     Returns the new summary, or the latest one when nothing aged out since.
 

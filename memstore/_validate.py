@@ -11,23 +11,23 @@ round-trip, before any database work:
   high surrogate left by a badly decoded file, which no UTF-8 encoder accepts).
 * **JSON values** (metadata, view tool schemas, snapshot view configurations) are
   strict JSON: ``None``, ``bool``, ``int``, ``float``, ``str``, lists and objects with
-  string keys, nested at most :data:`MAX_JSON_DEPTH` levels. Numbers are limited to
+  string keys, nested at most `MAX_JSON_DEPTH` levels. Numbers are limited to
   what PostgreSQL's ``jsonb`` gives back unchanged: finite floats of magnitude below
   ``1e16`` (``jsonb`` renders larger ones as integers) other than ``-0.0`` (``jsonb``
-  has no negative zero), and integers of at most :data:`MAX_JSON_INT_DIGITS` digits.
+  has no negative zero), and integers of at most `MAX_JSON_INT_DIGITS` digits.
 * **Integers** that reach a column fit it on both databases: seqs are at most
-  :data:`MAX_SEQ`, per-message token counts at most :data:`MAX_TOKEN_COUNT`, token
-  counter names at most :data:`MAX_COUNTER_NAME_LENGTH` characters.
+  `MAX_SEQ`, per-message token counts at most `MAX_TOKEN_COUNT`, token
+  counter names at most `MAX_COUNTER_NAME_LENGTH` characters.
 * **Sizes**: a message (content, parts, tool calls, name, ids and metadata together),
   a summary's text and a conversation's metadata are each at most
-  :data:`MAX_RECORD_BYTES` in UTF-8. PostgreSQL refuses a ``jsonb`` value over
+  `MAX_RECORD_BYTES` in UTF-8. PostgreSQL refuses a ``jsonb`` value over
   255 MiB and a text value over 1 GiB where SQLite (limit 1 GB) would store it; one
   bound under both gives the two databases the same outcome.
 
-Each check raises :class:`ValueError` with a message naming the value's place
+Each check raises `ValueError` with a message naming the value's place
 (pydantic turns it into a ``ValidationError`` naming the field); the stores wrap it
-in :class:`~memstore.errors.InvalidInputError` for call arguments. A counter's result
-is checked by :func:`check_token_count`, which raises that error itself.
+in `InvalidInputError` for call arguments. A counter's result
+is checked by `check_token_count()`, which raises that error itself.
 """
 
 from __future__ import annotations
@@ -179,12 +179,12 @@ def utf8_size(value: str) -> int:
 
 
 def json_size(value: Any) -> int:
-    """The UTF-8 size of ``value`` written as compact JSON (``value`` passed :func:`check_json`)."""
+    """The UTF-8 size of ``value`` written as compact JSON (``value`` passed `check_json()`)."""
     return utf8_size(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
 
 
 def json_size_bound(value: Any) -> int:
-    """An upper bound of :func:`json_size` without serialising (``value`` passed check_json).
+    """An upper bound of `json_size()` without serialising (``value`` passed check_json).
 
     Cheap enough for every write: a JSON string takes at most 6 bytes per character
     (an escaped control character) plus its quotes, an int about a third of its bits
@@ -206,7 +206,7 @@ def check_json_size(value: Any, what: str, used: int = 0) -> int:
     """The size ``value`` adds to a record that already has ``used`` bytes, checked.
 
     Serialises only when the cheap bound says the record might be too large; returns
-    that bound otherwise (only ever compared with :data:`MAX_RECORD_BYTES`).
+    that bound otherwise (only ever compared with `MAX_RECORD_BYTES`).
     """
     size = json_size_bound(value)
     if used + size > MAX_RECORD_BYTES:
@@ -216,7 +216,7 @@ def check_json_size(value: Any, what: str, used: int = 0) -> int:
 
 
 def check_size(size: int, what: str) -> None:
-    """Raise ValueError when a record of ``size`` UTF-8 bytes exceeds :data:`MAX_RECORD_BYTES`."""
+    """Raise ValueError when a record of ``size`` UTF-8 bytes exceeds `MAX_RECORD_BYTES`."""
     if size > MAX_RECORD_BYTES:
         raise ValueError(
             f"{what} is {size:,} bytes in UTF-8; the largest record memstore stores is "
@@ -367,7 +367,7 @@ def refuse_awaitable(result: object, error: Exception) -> None:
 
 
 def conversation_full(cid: str, what: str) -> ConflictError:
-    """The error of a write whose seqs would pass :data:`MAX_SEQ` (``what`` would)."""
+    """The error of a write whose seqs would pass `MAX_SEQ` (``what`` would)."""
     return ConflictError(
         f"conversation {cid!r} is full: {what} would take its seqs past 2**62, the largest "
         "seq memstore stores"

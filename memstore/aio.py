@@ -11,9 +11,9 @@ Example:
     >>> asyncio.run(main())
     ['user']
 
-Each method validates its arguments and builds a :class:`memstore._base.Plan`
-exactly as :class:`memstore.MemoryStore` does; the plan's SQL (in
-:mod:`memstore._db.ops`) runs through ``AsyncConnection.run_sync``, so there is one
+Each method validates its arguments and builds a `memstore._base.Plan`
+exactly as [`memstore.MemoryStore`][memstore.MemoryStore] does; the plan's SQL (in
+`memstore._db.ops`) runs through ``AsyncConnection.run_sync``, so there is one
 implementation. Large batches are validated and tokenised in a worker thread, and
 inserted in chunks, so the event loop keeps running during a big ``extend``.
 """
@@ -44,17 +44,17 @@ from memstore.errors import (
 )
 from memstore.migrate import amigration_turn
 from memstore.models import (
-    ContextWindow,
     Conversation,
     ConversationState,
+    LoadReport,
     Message,
     StoredMessage,
     StoreStats,
     Summary,
 )
 from memstore.tokens import TokenCounter
-from memstore.transfer import LoadReport
 from memstore.views import ContextView
+from memstore.views.window import ContextWindow
 
 __all__ = ["AsyncChatContext", "AsyncMemoryStore"]
 
@@ -63,14 +63,14 @@ THREAD_PREPARE_THRESHOLD = 16
 
 
 class AsyncMemoryStore:
-    """:class:`memstore.MemoryStore` on asyncio: same methods, as coroutines.
+    """[`memstore.MemoryStore`][memstore.MemoryStore] on asyncio: same methods, as coroutines.
 
     Args:
         url: database URL; sync URLs are mapped to asyncio drivers
             (``sqlite://`` → aiosqlite, ``postgresql://`` → psycopg 3 async;
             ``postgresql+asyncpg://`` is used as given). Default: ``MEMSTORE_URL``,
             else ``sqlite:///./memstore.db``.
-        engine: an existing :class:`sqlalchemy.ext.asyncio.AsyncEngine`, used as is.
+        engine: an existing `sqlalchemy.ext.asyncio.AsyncEngine`, used as is.
         counter: the default token counter (default: offline tiktoken cl100k_base).
         migrate: as for MemoryStore; applied on first use (or ``await store.setup()``).
         busy_timeout: seconds a SQLite writer waits for the write lock.
@@ -88,7 +88,7 @@ class AsyncMemoryStore:
             database is never corrupted; a crash of the process alone loses nothing).
             PostgreSQL follows the server's settings (``synchronous_commit``,
             ``fsync``) in both modes.
-        **engine_options: passed to :func:`create_async_engine` (one pool per store,
+        **engine_options: passed to `create_async_engine()` (one pool per store,
             sized by you: ``pool_size``, ``max_overflow``…).
     """
 
@@ -153,7 +153,7 @@ class AsyncMemoryStore:
         test) failed with a raw ``RuntimeError`` as soon as two calls contended. When no
         call is running on the previous loop, the store moves: new locks, and a new pool
         (the previous loop's connections are closed). Two loops at once (threads each
-        running one) is a :class:`ConfigurationError`: open one store per loop.
+        running one) is a `ConfigurationError`: open one store per loop.
 
         (An async context manager object rather than a generator one: every call of
         the store enters it, and this costs a third as much.)
@@ -277,7 +277,7 @@ class AsyncMemoryStore:
         """Release the store's connections (an injected engine is left open).
 
         The store then refuses every database call
-        (:class:`~memstore.errors.StoreClosedError`; ``cache_info()`` still answers);
+        (`StoreClosedError`; ``cache_info()`` still answers);
         closing it again does nothing. Calls already running finish, and the last of
         them releases the connections.
         """
@@ -304,49 +304,70 @@ class AsyncMemoryStore:
     async def create_conversation(
         self, id: str | None = None, metadata: dict[str, Any] | None = None
     ) -> Conversation:
-        """Create an empty conversation (see :meth:`MemoryStore.create_conversation`)."""
+        """Create an empty conversation.
+
+        See [`MemoryStore.create_conversation()`][memstore.MemoryStore.create_conversation].
+        """
         return await self._execute(self._plan.create_conversation(id, metadata))  # type: ignore[no-any-return]
 
     async def get_conversation(self, id: str) -> Conversation:
-        """Return one conversation (see :meth:`MemoryStore.get_conversation`)."""
+        """Return one conversation.
+
+        See [`MemoryStore.get_conversation()`][memstore.MemoryStore.get_conversation].
+        """
         return await self._execute(self._plan.get_conversation(id))  # type: ignore[no-any-return]
 
     async def list_conversations(
         self, limit: int = 100, after: str | None = None
     ) -> list[Conversation]:
-        """Conversations ordered by id (see :meth:`MemoryStore.list_conversations`)."""
+        """Conversations ordered by id.
+
+        See [`MemoryStore.list_conversations()`][memstore.MemoryStore.list_conversations].
+        """
         return await self._execute(self._plan.list_conversations(limit, after))  # type: ignore[no-any-return]
 
     async def delete_conversation(self, id: str) -> None:
-        """Delete a conversation and its messages (see :meth:`MemoryStore.delete_conversation`)."""
+        """Delete a conversation and its messages.
+
+        See [`MemoryStore.delete_conversation()`][memstore.MemoryStore.delete_conversation].
+        """
         await self._execute(self._plan.delete_conversation(id))
 
     async def stats(self) -> StoreStats:
-        """Totals of the whole database (see :meth:`MemoryStore.stats`)."""
+        """Totals of the whole database.
+
+        See [`MemoryStore.stats()`][memstore.MemoryStore.stats].
+        """
         return await self._execute(self._plan.stats())  # type: ignore[no-any-return]
 
     # ---- writing --------------------------------------------------------------------
 
     async def append(self, conversation_id: str, message: MessageLike) -> StoredMessage:
-        """Store one message (see :meth:`MemoryStore.append`)."""
+        """Store one message (see [`MemoryStore.append()`][memstore.MemoryStore.append])."""
         return await self._execute(self._plan.append(conversation_id, message))  # type: ignore[no-any-return]
 
     async def extend(
         self, conversation_id: str, messages: Iterable[MessageLike]
     ) -> list[StoredMessage]:
-        """Store several messages atomically (see :meth:`MemoryStore.extend`)."""
+        """Store several messages atomically.
+
+        See [`MemoryStore.extend()`][memstore.MemoryStore.extend].
+        """
         return await self._execute(self._plan.extend(conversation_id, messages))  # type: ignore[no-any-return]
 
     async def set_score(self, conversation_id: str, seq: int, score: float) -> StoredMessage:
-        """Set a message's base importance (see :meth:`MemoryStore.set_score`)."""
+        """Set a message's base importance.
+
+        See [`MemoryStore.set_score()`][memstore.MemoryStore.set_score].
+        """
         return await self._execute(self._plan.set_score(conversation_id, seq, score))  # type: ignore[no-any-return]
 
     async def pin(self, conversation_id: str, seq: int) -> StoredMessage:
-        """Pin a message (see :meth:`MemoryStore.pin`)."""
+        """Pin a message (see [`MemoryStore.pin()`][memstore.MemoryStore.pin])."""
         return await self._execute(self._plan.set_pinned(conversation_id, seq, True))  # type: ignore[no-any-return]
 
     async def unpin(self, conversation_id: str, seq: int) -> StoredMessage:
-        """Unpin a message (see :meth:`MemoryStore.unpin`)."""
+        """Unpin a message (see [`MemoryStore.unpin()`][memstore.MemoryStore.unpin])."""
         return await self._execute(self._plan.set_pinned(conversation_id, seq, False))  # type: ignore[no-any-return]
 
     # ---- reading --------------------------------------------------------------------
@@ -360,20 +381,29 @@ class AsyncMemoryStore:
         limit: int | None = None,
         newest_first: bool = False,
     ) -> list[StoredMessage]:
-        """Stored messages in a seq range (see :meth:`MemoryStore.messages`)."""
+        """Stored messages in a seq range.
+
+        See [`MemoryStore.messages()`][memstore.MemoryStore.messages].
+        """
         plan = self._plan.messages(conversation_id, start, stop, limit, newest_first)
         return await self._execute(plan)  # type: ignore[no-any-return]
 
     async def get_message(self, conversation_id: str, seq: int) -> StoredMessage:
-        """One stored message (see :meth:`MemoryStore.get_message`)."""
+        """One stored message.
+
+        See [`MemoryStore.get_message()`][memstore.MemoryStore.get_message].
+        """
         return await self._execute(self._plan.get_message(conversation_id, seq))  # type: ignore[no-any-return]
 
     async def count_tokens(self, conversation_id: str) -> int:
-        """Stored token total (see :meth:`MemoryStore.count_tokens`)."""
+        """Stored token total.
+
+        See [`MemoryStore.count_tokens()`][memstore.MemoryStore.count_tokens].
+        """
         return await self._execute(self._plan.count_tokens(conversation_id))  # type: ignore[no-any-return]
 
     async def window(self, conversation_id: str, view: ContextView) -> ContextWindow:
-        """Assemble a context window (see :meth:`MemoryStore.window`)."""
+        """Assemble a context window (see [`MemoryStore.window()`][memstore.MemoryStore.window])."""
         return await self._execute(self._plan.window(conversation_id, view))  # type: ignore[no-any-return]
 
     def context(self, conversation_id: str, view: ContextView) -> AsyncChatContext:
@@ -383,15 +413,18 @@ class AsyncMemoryStore:
     # ---- destructive ----------------------------------------------------------------
 
     async def pop(self, conversation_id: str, n: int = 1) -> list[StoredMessage]:
-        """Delete and return the newest messages (see :meth:`MemoryStore.pop`)."""
+        """Delete and return the newest messages.
+
+        See [`MemoryStore.pop()`][memstore.MemoryStore.pop].
+        """
         return await self._execute(self._plan.pop(conversation_id, n))  # type: ignore[no-any-return]
 
     async def truncate(self, conversation_id: str, *, before_seq: int) -> int:
-        """Delete older messages (see :meth:`MemoryStore.truncate`)."""
+        """Delete older messages (see [`MemoryStore.truncate()`][memstore.MemoryStore.truncate])."""
         return await self._execute(self._plan.truncate(conversation_id, before_seq))  # type: ignore[no-any-return]
 
     async def clear(self, conversation_id: str) -> int:
-        """Delete every message (see :meth:`MemoryStore.clear`)."""
+        """Delete every message (see [`MemoryStore.clear()`][memstore.MemoryStore.clear])."""
         return await self._execute(self._plan.clear(conversation_id))  # type: ignore[no-any-return]
 
     async def rewrite(
@@ -403,7 +436,8 @@ class AsyncMemoryStore:
     ) -> list[StoredMessage]:
         """Replace the newest messages with what ``fn`` makes of them, in one transaction.
 
-        See :meth:`MemoryStore.rewrite`. ``fn`` is a plain function (a coroutine
+        See [`MemoryStore.rewrite()`][memstore.MemoryStore.rewrite]. ``fn`` is a plain function (a
+        coroutine
         function is refused with InvalidInputError): it runs inside the write
         transaction, in a worker thread, so the event loop keeps running meanwhile.
         """
@@ -412,7 +446,10 @@ class AsyncMemoryStore:
     # ---- state ----------------------------------------------------------------------
 
     async def save_state(self, conversation_id: str) -> ConversationState:
-        """Snapshot a conversation (see :meth:`MemoryStore.save_state`)."""
+        """Snapshot a conversation.
+
+        See [`MemoryStore.save_state()`][memstore.MemoryStore.save_state].
+        """
         return await self._execute(self._plan.save_state(conversation_id))  # type: ignore[no-any-return]
 
     async def load_state(
@@ -421,7 +458,10 @@ class AsyncMemoryStore:
         conversation_id: str | None = None,
         replace: bool = True,
     ) -> Conversation:
-        """Write a snapshot into a conversation (see :meth:`MemoryStore.load_state`)."""
+        """Write a snapshot into a conversation.
+
+        See [`MemoryStore.load_state()`][memstore.MemoryStore.load_state].
+        """
         report = await self.restore_state(state, conversation_id, replace=replace)
         return report.conversation
 
@@ -437,7 +477,7 @@ class AsyncMemoryStore:
     ) -> AsyncIterator[StoredMessage]:
         """Iterate over messages in keyset pages from one snapshot (``async for``).
 
-        See :meth:`MemoryStore.iter_messages`.
+        See [`MemoryStore.iter_messages()`][memstore.MemoryStore.iter_messages].
         """
         cid, start, stop, size = _base.check_page_args(conversation_id, start, stop, page_size)
         return self._iter(cid, start, stop, size)
@@ -485,7 +525,9 @@ class AsyncMemoryStore:
         self, conversation_id: str, fp: TextIO, *, view: ContextView | None = None,
         page_size: int = _base.DEFAULT_PAGE_SIZE,
     ) -> Conversation:
-        """Write a snapshot to a text file incrementally (see :meth:`MemoryStore.dump_state`).
+        """Write a snapshot to a text file incrementally.
+
+        See [`MemoryStore.dump_state()`][memstore.MemoryStore.dump_state].
 
         ``fp`` is written synchronously, one page at a time.
         """
@@ -513,7 +555,9 @@ class AsyncMemoryStore:
         *,
         replace: bool = True,
     ) -> LoadReport:
-        """Load a snapshot and report what was recounted (see :meth:`MemoryStore.restore_state`).
+        """Load a snapshot and report what was recounted.
+
+        See [`MemoryStore.restore_state()`][memstore.MemoryStore.restore_state].
 
         A snapshot file is read synchronously, batch by batch, inside the transaction.
         """
@@ -557,7 +601,9 @@ class AsyncMemoryStore:
         keep_tokens: int,
         counter: TokenCounter | None = None,
     ) -> Summary | None:
-        """Fold aged-out units into a new stored summary (see :meth:`MemoryStore.summarize`).
+        """Fold aged-out units into a new stored summary.
+
+        See [`MemoryStore.summarize()`][memstore.MemoryStore.summarize].
 
         ``summarizer`` may be a coroutine function (awaited) or a plain callable (run
         in a worker thread, so a blocking model call does not stall the event loop).
@@ -575,12 +621,15 @@ class AsyncMemoryStore:
                 value = await step.call_async()
 
     async def summaries(self, conversation_id: str) -> list[Summary]:
-        """Every stored summary of a conversation (see :meth:`MemoryStore.summaries`)."""
+        """Every stored summary of a conversation.
+
+        See [`MemoryStore.summaries()`][memstore.MemoryStore.summaries].
+        """
         return await self._execute(self._plan.summaries(conversation_id))  # type: ignore[no-any-return]
 
 
 class AsyncChatContext:
-    """:class:`memstore.store.ChatContext` on asyncio (``await ctx.add_message(...)``)."""
+    """`memstore.store.ChatContext` on asyncio (``await ctx.add_message(...)``)."""
 
     def __init__(self, store: AsyncMemoryStore, conversation_id: str, view: ContextView) -> None:
         self._store = store
@@ -613,7 +662,7 @@ class AsyncChatContext:
         """Snapshot the conversation with this context's view configuration.
 
         Before the first message (or after the conversation was deleted): an empty
-        snapshot, as :meth:`get_messages` is empty then.
+        snapshot, as `get_messages()` is empty then.
         """
         plan = self._store._plan.save_state(self.conversation_id, self.view)
         try:
@@ -654,7 +703,7 @@ class _Messages:
     """The messages of a stream's pages, one at a time: what ``iter_messages`` returns.
 
     A plain async iterator over the one page generator (see ``_stream``), so there is a
-    single generator to close; :meth:`aclose` closes it (and releases its connection).
+    single generator to close; `aclose()` closes it (and releases its connection).
     """
 
     def __init__(self, pages: AsyncGenerator[tuple[Conversation | None, list[StoredMessage]],
@@ -681,7 +730,7 @@ class _Messages:
 def _task_turn_of(engine: AsyncEngine) -> _TaskTurn | None:
     """The turn tasks take on ``engine``'s one shared connection (in-memory SQLite), or ``None``.
 
-    One per engine, like :func:`memstore._db.engine.turn_of`: every async store on an
+    One per engine, like `memstore._db.engine.turn_of()`: every async store on an
     injected in-memory engine shares it (a turn per store let two stores interleave
     their transactions on the one connection).
     """

@@ -1,6 +1,6 @@
 """The memstore error tree, and the one place where database errors are translated.
 
-Every error memstore raises on purpose derives from :class:`MemstoreError`::
+Every error memstore raises on purpose derives from `MemstoreError`::
 
     MemstoreError
     ├── ConfigurationError (ValueError)         bad store/view/counter configuration
@@ -25,10 +25,10 @@ Every error memstore raises on purpose derives from :class:`MemstoreError`::
     └── ImportFormatError                       a bad line in an export file (``.line``)
 
 Invalid *model* input (a message with an unknown role, a tool message without
-``tool_call_id`` …) raises :class:`pydantic.ValidationError` from the model
+``tool_call_id`` …) raises `pydantic.ValidationError` from the model
 constructors, before any database work starts.
 
-SQLAlchemy and driver exceptions are converted only by :func:`translate_db_errors`,
+SQLAlchemy and driver exceptions are converted only by `translate_db_errors()`,
 always chained (``raise ... from exc``) so the original stays visible.
 """
 
@@ -153,7 +153,7 @@ class DatabaseError(MemstoreError):
 class SchemaTooNewError(MemstoreError):
     """The database was migrated by a newer memstore: this version must not write to it.
 
-    Not a :class:`SchemaOutOfDateError` (whose remedy, ``memstore db upgrade``, cannot
+    Not a `SchemaOutOfDateError` (whose remedy, ``memstore db upgrade``, cannot
     help here): upgrade the memstore package instead.
 
     Attributes:
@@ -244,9 +244,9 @@ def translate_db_errors() -> Iterator[None]:
     """Convert SQLAlchemy/driver exceptions raised inside the block into memstore errors.
 
     memstore's own errors pass through unchanged. Integrity violations become
-    :class:`ConflictError`, lock/serialization failures :class:`DatabaseBusyError`,
-    a pool with no free connection past its timeout :class:`DatabaseBusyError` too,
-    everything else from SQLAlchemy :class:`DatabaseError`.
+    `ConflictError`, lock/serialization failures `DatabaseBusyError`,
+    a pool with no free connection past its timeout `DatabaseBusyError` too,
+    everything else from SQLAlchemy `DatabaseError`.
     """
     try:
         yield

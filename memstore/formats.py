@@ -1,10 +1,12 @@
 """Provider request formats: a window as Anthropic Messages or OpenAI Responses input.
 
-memstore stores messages in OpenAI's chat format (:meth:`Message.to_openai`,
-:meth:`ContextWindow.to_openai`). This module renders the same messages for the
+memstore stores messages in OpenAI's chat format
+([`Message.to_openai()`][memstore.Message.to_openai],
+[`ContextWindow.to_openai()`][memstore.ContextWindow.to_openai]). This module renders the same
+messages for the
 other two request shapes agents use, and reads Anthropic messages back:
 
-* :func:`to_anthropic` (``ContextWindow.to_anthropic()``): ``{"system": [...],
+* `to_anthropic()` (``ContextWindow.to_anthropic()``): ``{"system": [...],
   "messages": [...]}`` for the Anthropic Messages API. System and developer
   messages are lifted, in order, into ``system`` as text blocks (``system`` is left
   out when there are none). Tool calls become ``tool_use`` blocks, tool results
@@ -13,28 +15,28 @@ other two request shapes agents use, and reads Anthropic messages back:
   blocks: a ``data:`` URI a ``base64`` source, any other URL a ``url`` source.
   Empty text is left out (Anthropic rejects empty text blocks), and a message left
   with no block at all is skipped. ``name`` has no Anthropic field and is dropped.
-* :func:`from_anthropic` (``Message.from_anthropic()``): one Anthropic message
+* `from_anthropic()` (``Message.from_anthropic()``): one Anthropic message
   param → a list of memstore messages. A user turn may hold several
   ``tool_result`` blocks: each becomes its own ``tool`` message (memstore keeps one
   result per message), and the text and image blocks around them become user
   messages, in their order.
-* :func:`to_responses` (``ContextWindow.to_responses()``): OpenAI Responses API
+* `to_responses()` (``ContextWindow.to_responses()``): OpenAI Responses API
   input items: ``message`` items for text and images, one ``function_call`` item
   per tool call and one ``function_call_output`` item per tool result.
 
 Rendering hints live in a message's metadata under ``metadata["memstore"]``
-(:data:`HINTS_KEY`), the one place memstore itself reads metadata from; set them
-with :func:`with_hints`:
+(`HINTS_KEY`), the one place memstore itself reads metadata from; set them
+with `with_hints()`:
 
 * ``cache_control``: an Anthropic cache-control object (``{"type": "ephemeral"}``,
-  optionally with ``"ttl"``) marking a prompt-cache breakpoint. :func:`to_anthropic`
+  optionally with ``"ttl"``) marking a prompt-cache breakpoint. `to_anthropic()`
   puts it on the message's last content block; the ``ContextBuilder`` stamps it on
   a block's last message. OpenAI caches prompt prefixes by itself, so
-  ``ContextWindow.to_openai()`` and :func:`to_responses` leave it out.
+  ``ContextWindow.to_openai()`` and `to_responses()` leave it out.
 * ``is_error``: ``True`` on a tool result that reports a failure;
-  :func:`to_anthropic` sets the ``tool_result`` block's ``is_error``.
+  `to_anthropic()` sets the ``tool_result`` block's ``is_error``.
 
-:func:`from_anthropic` sets both from the blocks it reads.
+`from_anthropic()` sets both from the blocks it reads.
 """
 
 from __future__ import annotations
@@ -42,12 +44,13 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from memstore._validate import check_flag, check_json, short_repr
+from memstore._validate import check_json
 from memstore.errors import InvalidInputError, MemstoreError
-from memstore.models import ImagePart, ImageURL, Message, TextPart, ToolCall
+from memstore.models import ImagePart, Message, TextPart, ToolCall
+from memstore.models.message import HINTS_KEY, _hints, from_anthropic, with_hints
 
 __all__ = [
     "ANTHROPIC_IMAGE_TYPES",
@@ -62,52 +65,11 @@ __all__ = [
 ]
 
 #: The metadata key holding memstore's rendering hints (``cache_control``, ``is_error``).
-HINTS_KEY = "memstore"
-
 #: Image media types the Anthropic Messages API accepts in a base64 source.
 ANTHROPIC_IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 
 _DATA_URI = re.compile(r"^data:(?P<type>[\w.+-]+/[\w.+-]+)(?:;[^,;]*)*;base64,(?P<data>.*)$", re.S)
 
-
-def _hints(metadata: Mapping[str, Any]) -> Mapping[str, Any]:
-    value = metadata.get(HINTS_KEY)
-    return value if isinstance(value, Mapping) else {}
-
-
-def with_hints(metadata: Mapping[str, Any] | None = None, *,
-               cache_control: Mapping[str, Any] | None = None,
-               is_error: bool | None = None) -> dict[str, Any]:
-    """A copy of ``metadata`` with rendering hints set under ``metadata["memstore"]``.
-
-    Args:
-        metadata: the message metadata to extend (not modified).
-        cache_control: a prompt-cache breakpoint, e.g. ``{"type": "ephemeral"}``.
-        is_error: whether a tool result reports a failure.
-
-    Returns:
-        The new metadata dict; hints given as ``None`` are left as they were.
-
-    Raises:
-        InvalidInputError: ``metadata`` or ``cache_control`` is not a mapping, or
-            ``is_error`` is not a bool.
-    """
-    if metadata is not None and not isinstance(metadata, Mapping):
-        raise InvalidInputError(f"metadata must be a mapping, not {type(metadata).__name__}")
-    if cache_control is not None and not isinstance(cache_control, Mapping):
-        raise InvalidInputError(
-            f"cache_control must be a mapping such as {{'type': 'ephemeral'}}, "
-            f"not {type(cache_control).__name__}"
-        )
-    out = dict(metadata or {})
-    hints = dict(_hints(out))
-    if cache_control is not None:
-        hints["cache_control"] = dict(cache_control)
-    if is_error is not None:
-        hints["is_error"] = check_flag(is_error, "is_error")
-    if hints:
-        out[HINTS_KEY] = hints
-    return out
 
 
 def cache_control_of(message: Message) -> dict[str, Any] | None:
@@ -295,7 +257,7 @@ def _message_blocks(message: Message, ids: _ToolUseIds) -> list[dict[str, Any]]:
 
 def message_list(messages: Any, what: str,
                  error: type[MemstoreError] = InvalidInputError) -> list[Message]:
-    """``messages`` as a list, each item checked to be a :class:`Message`.
+    """``messages`` as a list, each item checked to be a [`Message`][memstore.Message].
 
     What the renderers and the builder's blocks take (internal; not in ``__all__``).
 
@@ -333,7 +295,7 @@ def to_anthropic(messages: Iterable[Message]) -> dict[str, Any]:
         that are already both are sent as they are.
 
     Raises:
-        InvalidInputError: ``messages`` is not a list of :class:`Message`, or a tool
+        InvalidInputError: ``messages`` is not a list of [`Message`][memstore.Message], or a tool
             call's arguments are not a JSON object (or hold
             NaN, Infinity or a number too large for a float, which JSON cannot carry,
             or are nested too deeply to parse), or an image is a ``data:`` URI of a
@@ -376,213 +338,6 @@ def to_anthropic(messages: Iterable[Message]) -> dict[str, Any]:
     return out
 
 
-def _field(block: Mapping[str, Any], key: str, where: str) -> Any:
-    """``block[key]``, or an InvalidInputError naming the block and the missing key."""
-    if key not in block:
-        raise InvalidInputError(f"{where} has no {key!r}")
-    return block[key]
-
-
-def _block_where(where: str, index: int, kind: str) -> str:
-    return f"{where}: content block {index} ({kind})"
-
-
-def _kind_shown(kind: object) -> str:
-    """A block's ``type`` for a message: as it is when a string, else its short repr."""
-    return kind if isinstance(kind, str) else short_repr(kind)
-
-
-def _text_of_blocks(blocks: Any, where: str) -> str | list[TextPart]:
-    if blocks is None:
-        return ""
-    if not isinstance(blocks, Sequence) or isinstance(blocks, (bytes, bytearray)):
-        raise InvalidInputError(
-            f"{where}: content must be a string or a list of text blocks, "
-            f"not {type(blocks).__name__}"
-        )
-    parts: list[TextPart] = []
-    for index, block in enumerate(blocks):
-        kind = block.get("type") if isinstance(block, Mapping) else None
-        if kind != "text":
-            raise InvalidInputError(
-                f"{where}: only text blocks are supported here, not {short_repr(kind)}"
-            )
-        parts.append(TextPart(text=_field(block, "text", _block_where(where, index, kind))))
-    return parts
-
-
-def _tool_arguments(block: Mapping[str, Any], where: str) -> str:
-    """A tool_use block's ``input`` as the JSON text of a tool call's ``arguments``."""
-    value = block.get("input", {})
-    if not isinstance(value, Mapping):
-        raise InvalidInputError(
-            f"{where}: input must be a JSON object, not {type(value).__name__}"
-        )
-    try:
-        return json.dumps(value, allow_nan=False)
-    except RecursionError:
-        raise InvalidInputError(f"{where}: input is nested too deeply to serialise") from None
-    except (TypeError, ValueError) as exc:
-        # ValueError: NaN or Infinity, which JSON cannot express; TypeError: a value
-        # (set, bytes ...) or key that is not JSON.
-        raise InvalidInputError(f"{where}: input is not JSON: {exc}") from None
-
-
-def _image_from_anthropic(block: Mapping[str, Any], where: str) -> ImagePart:
-    source = block.get("source")
-    if not isinstance(source, Mapping):
-        raise InvalidInputError(f"{where}: an image block needs a source object")
-    if source.get("type") == "base64":
-        media_type = _source_text(source, "media_type", where)
-        url = f"data:{media_type};base64,{_source_text(source, 'data', where)}"
-    elif source.get("type") == "url":
-        url = _source_text(source, "url", where)
-    else:
-        raise InvalidInputError(
-            f"{where}: image source type {short_repr(source.get('type'))} is not supported "
-            "(supported: base64, url)"
-        )
-    return ImagePart(image_url=ImageURL(url=url))
-
-
-def _source_text(source: Mapping[str, Any], key: str, where: str) -> str:
-    """An image source's ``key``: a non-empty string, or an InvalidInputError naming it."""
-    value = _field(source, key, f"{where}: the image source")
-    if not isinstance(value, str) or not value:
-        raise InvalidInputError(
-            f"{where}: the image source's {key!r} must be a non-empty string, "
-            f"not {short_repr(value)}"
-        )
-    return value
-
-
-def _meta(base: dict[str, Any], cache: Any) -> dict[str, Any]:
-    return with_hints(base, cache_control=cache) if isinstance(cache, Mapping) else base
-
-
-#: The message fields :func:`from_anthropic` takes from the message param itself.
-_FROM_ANTHROPIC_OWN = frozenset({"role", "content", "tool_calls", "tool_call_id"})
-
-
-def from_anthropic(data: Mapping[str, Any], **extra: Any) -> list[Message]:
-    """Read one Anthropic message param (``{"role": ..., "content": ...}``) as memstore messages.
-
-    A user turn becomes one ``tool`` message per ``tool_result`` block and one user
-    message per run of text and image blocks, in block order. An assistant turn
-    becomes one assistant message: text blocks as its content, ``tool_use`` blocks
-    as its tool calls (``input`` serialised as the JSON ``arguments``). A block's
-    ``cache_control`` and a tool result's ``is_error`` become hints in the
-    metadata of the message made from the block (:func:`with_hints`).
-
-    Args:
-        data: the message param.
-        **extra: memstore fields (``score``, ``pinned``, ``metadata``...) for every
-            message made.
-
-    Raises:
-        InvalidInputError: an unknown role, a block type memstore cannot store
-            (thinking, documents, server tools...), a block without a field it needs
-            (a text block's ``text``, a ``tool_use`` block's ``id`` or ``name``, a
-            ``tool_result`` block's ``tool_use_id``, an image source's ``media_type``,
-            ``data`` or ``url``), or a ``tool_use`` input that is not a JSON object
-            (NaN, sets, bytes, nesting too deep to serialise); the message names the
-            block by its index. Also a keyword naming a field the message param sets
-            (``role``, ``content``, ``tool_calls``, ``tool_call_id``), or a
-            ``metadata`` that is not a mapping.
-        pydantic.ValidationError: a block's values are not a valid message (a text
-            that is not a string, an empty id ...).
-    """
-    if not isinstance(data, Mapping):
-        raise InvalidInputError(f"from_anthropic expects a mapping, not {type(data).__name__}")
-    role = data.get("role")
-    content = data.get("content")
-    if role not in ("user", "assistant"):
-        raise InvalidInputError(
-            f"Anthropic message role must be 'user' or 'assistant', not {short_repr(role)}"
-        )
-    where = f"Anthropic {role} message"
-    own = sorted(_FROM_ANTHROPIC_OWN.intersection(extra))
-    if own:
-        raise InvalidInputError(
-            f"from_anthropic sets {', '.join(own)} from the message itself; pass only "
-            "memstore fields (score, pinned, metadata, name, id) as keywords"
-        )
-    base = extra.pop("metadata", None)
-    if base is not None and not isinstance(base, Mapping):
-        raise InvalidInputError(
-            f"metadata must be a JSON object (a mapping), not {type(base).__name__}"
-        )
-    metadata = dict(base or {})
-    if isinstance(content, str):
-        return [Message(role=role, content=content, metadata=metadata, **extra)]
-    if not isinstance(content, Sequence) or isinstance(content, (bytes, bytearray)):
-        raise InvalidInputError(f"{where}: content must be a string or a list of blocks")
-    if role == "assistant":
-        texts: list[TextPart] = []
-        calls: list[ToolCall] = []
-        cache: Any = None
-        for index, block in enumerate(content):
-            kind = block.get("type") if isinstance(block, Mapping) else None
-            at = _block_where(where, index, _kind_shown(kind))
-            if kind == "text":
-                texts.append(TextPart(text=_field(block, "text", at)))
-            elif kind == "tool_use":
-                calls.append(ToolCall(id=_field(block, "id", at), name=_field(block, "name", at),
-                                      arguments=_tool_arguments(block, at)))
-            else:
-                raise InvalidInputError(
-                    f"{where}: block type {short_repr(kind)} is not supported "
-                    "(supported: text, tool_use)"
-                )
-            cache = block.get("cache_control") or cache
-        text: str | list[TextPart] | None
-        text = texts[0].text if len(texts) == 1 else (texts or None)
-        return [Message(role="assistant", content=text, tool_calls=calls or None,
-                        metadata=_meta(metadata, cache), **extra)]
-    out: list[Message] = []
-    run: list[TextPart | ImagePart] = []
-    run_cache: Any = None
-
-    def flush() -> None:
-        nonlocal run, run_cache
-        if run:
-            body: str | list[TextPart | ImagePart]
-            body = run[0].text if len(run) == 1 and isinstance(run[0], TextPart) else run
-            out.append(Message(role="user", content=body,
-                               metadata=_meta(metadata, run_cache), **extra))
-        run, run_cache = [], None
-
-    for index, block in enumerate(content):
-        kind = block.get("type") if isinstance(block, Mapping) else None
-        at = _block_where(where, index, _kind_shown(kind))
-        if kind == "text":
-            run.append(TextPart(text=_field(block, "text", at)))
-            run_cache = block.get("cache_control") or run_cache
-        elif kind == "image":
-            run.append(_image_from_anthropic(block, at))
-            run_cache = block.get("cache_control") or run_cache
-        elif kind == "tool_result":
-            flush()
-            inner = block.get("content", "")
-            body_result = inner if isinstance(inner, str) else _text_of_blocks(inner, at)
-            meta = _meta(metadata, block.get("cache_control"))
-            if block.get("is_error"):
-                meta = with_hints(meta, is_error=True)
-            out.append(Message(role="tool", content=body_result,
-                               tool_call_id=_field(block, "tool_use_id", at), metadata=meta,
-                               **extra))
-        else:
-            raise InvalidInputError(
-                f"{where}: block type {short_repr(kind)} is not supported "
-                "(supported: text, image, tool_result)"
-            )
-    flush()
-    return out
-
-
-# ---- OpenAI Responses ---------------------------------------------------------------------
-
-
 def _responses_parts(message: Message) -> str | list[dict[str, Any]]:
     content = message.content
     if content is None:
@@ -616,7 +371,7 @@ def to_responses(messages: Iterable[Message]) -> list[dict[str, Any]]:
         A list to pass as ``client.responses.create(input=...)``.
 
     Raises:
-        InvalidInputError: ``messages`` is not a list of :class:`Message`.
+        InvalidInputError: ``messages`` is not a list of [`Message`][memstore.Message].
     """
     items: list[dict[str, Any]] = []
     for message in message_list(messages, "to_responses messages"):

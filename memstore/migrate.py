@@ -94,7 +94,7 @@ def migration_turn() -> Iterator[None]:
 
 @asynccontextmanager
 async def amigration_turn() -> AsyncIterator[None]:
-    """:func:`migration_turn` for the event loop: waits without blocking other tasks.
+    """`migration_turn()` for the event loop: waits without blocking other tasks.
 
     Polls rather than waiting in a worker thread, so a task cancelled while it waits
     never leaves the lock taken behind it. Migrations are rare (a store's first use),
@@ -158,7 +158,7 @@ _SCRIPTS: ScriptDirectory | None = None
 
 
 def _scripts() -> ScriptDirectory:
-    """The Alembic scripts, checked once to form the line :data:`REVISIONS`."""
+    """The Alembic scripts, checked once to form the line `REVISIONS`."""
     global _SCRIPTS
     if _SCRIPTS is None:
         from alembic.config import Config
@@ -198,7 +198,7 @@ _KNOWN = frozenset(REVISIONS)
 
 
 def refuse_newer(at: tuple[str, ...]) -> None:
-    """Raise :class:`SchemaTooNewError` for a revision this memstore does not know.
+    """Raise `SchemaTooNewError` for a revision this memstore does not know.
 
     Such a revision was written by a newer memstore: this one must not write there.
     """
@@ -314,11 +314,11 @@ class _Revision:
 
 
 def validate_revision(revision: object, direction: Direction, *, sql: bool = False) -> None:
-    """Raise :class:`InvalidInputError` for a revision argument that names no target.
+    """Raise `InvalidInputError` for a revision argument that names no target.
 
     Checks what can be checked without the database: the type, the syntax, that the ids
     are memstore's and that a relative form stays between base and head (a form relative
-    to the database's revision is checked when :func:`upgrade` or :func:`downgrade` has
+    to the database's revision is checked when `upgrade()` or `downgrade()` has
     read it). The CLI calls it before it opens the database.
     """
     if check_flag(sql, "sql"):
@@ -372,7 +372,7 @@ def _check_output(output: object) -> None:
 def _missing_sqlite_file(bind: Bind | URL, *, create: bool) -> bool:
     """Whether ``bind`` names a SQLite file that does not exist (so there is nothing to read).
 
-    Raises :class:`ConfigurationError` when the path is a directory, or when ``create``
+    Raises `ConfigurationError` when the path is a directory, or when ``create``
     and the file's directory does not exist: SQLite's own error ("unable to open
     database file") names neither.
     """
@@ -485,16 +485,16 @@ def is_current(bind: Bind) -> bool:
 
 
 def check(bind: Bind) -> None:
-    """Raise :class:`SchemaOutOfDateError` unless the schema is at memstore's head.
+    """Raise `SchemaOutOfDateError` unless the schema is at memstore's head.
 
     The error names the command that fixes it. A database migrated by a newer
-    memstore (a revision this one does not know) raises :class:`SchemaTooNewError`.
+    memstore (a revision this one does not know) raises `SchemaTooNewError`.
     """
     _require_head(current(bind))
 
 
 def check_connection(conn: Connection) -> None:
-    """:func:`check` on an open connection (used by the stores)."""
+    """`check()` on an open connection (used by the stores)."""
     _require_head(_current(conn))
 
 
@@ -568,9 +568,9 @@ def downgrade(
 ) -> str | None:
     """Downgrade the database to ``revision`` (``"base"`` removes memstore's tables).
 
-    ``revision`` takes the forms :func:`upgrade` does (``-1``: one revision down from
+    ``revision`` takes the forms `upgrade()` does (``-1``: one revision down from
     the database's). A target above the database's revision raises
-    :class:`InvalidInputError`, and nothing is written; in ``sql`` mode the DDL runs
+    `InvalidInputError`, and nothing is written; in ``sql`` mode the DDL runs
     down from head, or from ``start`` in a range ``start:end``.
     """
     if check_flag(sql, "sql"):
@@ -598,7 +598,7 @@ def _refuse_partial_partitioned_downgrade(conn: Connection, position: int) -> No
 
     Upgrading again would create that table unpartitioned (the revisions create plain
     tables), breaking the layout's one-partition property without any error. A downgrade
-    to base is fine: the layout is then created again with :func:`create_partitioned`.
+    to base is fine: the layout is then created again with `create_partitioned()`.
     """
     if conn.dialect.name != "postgresql" or position == 0:
         return
@@ -711,7 +711,7 @@ def create_partitioned(
 
     PostgreSQL only, on a database without memstore's tables: use it instead of the
     first ``memstore db upgrade``. Every hot statement names one conversation id, so it
-    touches one partition of each table (see ``docs/deployment.md``); the same layout
+    touches one partition of each table (see [deployment](deployment.md)); the same layout
     is what Citus distributes across servers.
 
     Args:

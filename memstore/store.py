@@ -10,8 +10,9 @@ Example:
     ['system', 'user']
     >>> store.close()
 
-Every public method validates its arguments, builds a :class:`memstore._base.Plan`
-and runs it in one transaction. :class:`memstore.aio.AsyncMemoryStore` has the same
+Every public method validates its arguments, builds a `memstore._base.Plan`
+and runs it in one transaction. [`memstore.aio.AsyncMemoryStore`][memstore.AsyncMemoryStore] has the
+same
 methods built from the same plans; only the ``await`` differs.
 """
 
@@ -38,17 +39,17 @@ from memstore.errors import (
 )
 from memstore.migrate import migration_turn
 from memstore.models import (
-    ContextWindow,
     Conversation,
     ConversationState,
+    LoadReport,
     Message,
     StoredMessage,
     StoreStats,
     Summary,
 )
 from memstore.tokens import TokenCounter
-from memstore.transfer import LoadReport
 from memstore.views import ContextView
+from memstore.views.window import ContextWindow
 
 __all__ = ["ChatContext", "MemoryStore"]
 
@@ -69,7 +70,7 @@ class MemoryStore:
     Args:
         url: database URL (``sqlite:///path.db``, ``postgresql://user@host/db``).
             Default: ``MEMSTORE_URL``, else ``sqlite:///./memstore.db``.
-        engine: an existing :class:`sqlalchemy.Engine` to use as is (instead of
+        engine: an existing `sqlalchemy.Engine` to use as is (instead of
             ``url``). memstore never disposes an injected engine. On SQLite it
             installs its connection hooks (WAL, ``BEGIN IMMEDIATE`` for writes).
         counter: the default token counter; each message is counted with it once,
@@ -77,7 +78,8 @@ class MemoryStore:
         migrate: ``"auto"`` (upgrade an embedded SQLite database; check that a server
             database is at head), ``"check"``, ``"upgrade"`` or ``"off"``.
         busy_timeout: seconds a SQLite writer waits for the write lock.
-        cache_size: messages of decoded rows the store keeps in process memory, so a
+        cache_size: messages of decoded rows the store keeps in process memory
+            (default ``DEFAULT_CACHE_SIZE``, 10,000), so a
             window re-reads from the database only what earlier windows did not
             already decode (usually just the newest messages). Cached rows are
             validated against the conversation's epoch in every read, so other
@@ -91,7 +93,7 @@ class MemoryStore:
             database is never corrupted; a crash of the process alone loses nothing).
             PostgreSQL follows the server's settings (``synchronous_commit``,
             ``fsync``) in both modes.
-        **engine_options: passed to :func:`sqlalchemy.create_engine` (``pool_size``…).
+        **engine_options: passed to `sqlalchemy.create_engine()` (``pool_size``…).
 
     Raises:
         SchemaOutOfDateError: the server schema is behind; the message names
@@ -182,7 +184,7 @@ class MemoryStore:
         """Release the store's connections (an injected engine is left open).
 
         The store then refuses every database call
-        (:class:`~memstore.errors.StoreClosedError`; ``cache_info()`` still answers);
+        (`StoreClosedError`; ``cache_info()`` still answers);
         closing it again does nothing. A store collected without ``close()`` releases
         the connections of an engine it made then, as a file closes itself.
         """
@@ -248,12 +250,12 @@ class MemoryStore:
 
         Args:
             conversation_id: the conversation.
-            message: a :class:`Message` or an OpenAI chat message dict.
+            message: a [`Message`][memstore.Message] or an OpenAI chat message dict.
 
         Raises:
             pydantic.ValidationError: the message is invalid (nothing is written).
             InvalidInputError: a bad conversation id, or ``message`` is neither a
-                :class:`Message` nor a message dict (nothing is written).
+                [`Message`][memstore.Message] nor a message dict (nothing is written).
             ConflictError: the message id is stored with other content.
         """
         return self._execute(self._plan.append(conversation_id, message))  # type: ignore[no-any-return]
@@ -275,7 +277,7 @@ class MemoryStore:
 
         A pinned message that ``summarize`` left out of a summary (every view kept it)
         is in no summary: unpinning it deletes the summaries whose range reaches its
-        seq, so :class:`~memstore.SummaryView` shows it again (docs/summaries.md).
+        seq, so [`SummaryView`][memstore.SummaryView] shows it again ([summaries](summaries.md)).
         """
         return self._execute(self._plan.set_pinned(conversation_id, seq, False))  # type: ignore[no-any-return]
 
@@ -311,7 +313,7 @@ class MemoryStore:
 
         The messages are shared with the store's row cache, so they are read-only all
         the way down: changing a message's ``metadata``, ``content`` parts or
-        ``tool_calls`` raises :class:`~memstore.errors.ReadOnlyError`; change a copy
+        ``tool_calls`` raises `ReadOnlyError`; change a copy
         (``message.model_copy(deep=True)``).
 
         Raises:
@@ -319,9 +321,9 @@ class MemoryStore:
             ContextBudgetError: anchored messages and the newest complete unit do not
                 fit a budgeted view's limit.
             InvalidInputError: a bad conversation id, or ``view`` is not a
-                :class:`~memstore.ContextView`.
+                [`ContextView`][memstore.ContextView].
             ConfigurationError: a custom view's ``select`` returned no
-                :class:`~memstore.ContextWindow`.
+                [`ContextWindow`][memstore.ContextWindow].
         """
         return self._execute(self._plan.window(conversation_id, view))  # type: ignore[no-any-return]
 
@@ -362,11 +364,12 @@ class MemoryStore:
 
         What ``fn`` returns decides what is kept:
 
-        * a :class:`StoredMessage` (one of ``messages``, or a ``model_copy`` of one)
+        * a [`StoredMessage`][memstore.StoredMessage] (one of ``messages``, or a ``model_copy`` of
+          one)
           keeps its id, ``created_at``, score, pin, name and metadata; only its seq
           changes;
-        * a plain :class:`Message` is a new message: its ``id`` if it has one, else a
-          new one (as :meth:`extend` does), and the current time as ``created_at``.
+        * a plain [`Message`][memstore.Message] is a new message: its ``id`` if it has one, else a
+          new one (as `extend()` does), and the current time as ``created_at``.
 
         Token counts: a message with the id of a message read and the same content keeps
         the count stored for it; every other message is counted with the store's counter.
@@ -381,7 +384,7 @@ class MemoryStore:
         ``fn`` runs inside the transaction, holding the conversation's write lock (on
         SQLite, the database's): keep it quick. A store call from inside it would wait
         for the rewrite itself, so it is refused with ``InvalidInputError``. It
-        must be a plain function (on :class:`~memstore.AsyncMemoryStore` too, where it
+        must be a plain function (on [`AsyncMemoryStore`][memstore.AsyncMemoryStore] too, where it
         runs in a worker thread). If it raises, the exception propagates and nothing is
         written.
 
@@ -429,12 +432,12 @@ class MemoryStore:
     ) -> Conversation:
         """Write a snapshot into a conversation, in one transaction.
 
-        Token counts are recomputed, not trusted (see :meth:`restore_state`, which
+        Token counts are recomputed, not trusted (see `restore_state()`, which
         also reports what was recounted).
 
         Args:
             state: a ConversationState, its dict, its JSON text, or a text file
-                holding it (a :meth:`dump_state` file is read incrementally).
+                holding it (a `dump_state()` file is read incrementally).
             conversation_id: the target; default: the snapshot's own id.
             replace: make the conversation exactly the snapshot (default: seqs,
                 timestamps, scores and ids kept); ``False`` appends the snapshot's
@@ -514,9 +517,9 @@ class MemoryStore:
         """Write a snapshot of a conversation to a text file, one message per line.
 
         The same JSON document as ``save_state(conversation_id).to_json()`` (any
-        JSON reader, and :meth:`load_state`, read it), written incrementally from
+        JSON reader, and `load_state()`, read it), written incrementally from
         one read snapshot in keyset pages: memory stays bounded however long the
-        conversation is. :meth:`load_state` reads such a file back incrementally.
+        conversation is. `load_state()` reads such a file back incrementally.
 
         Args:
             conversation_id: the conversation.
@@ -551,10 +554,10 @@ class MemoryStore:
         *,
         replace: bool = True,
     ) -> LoadReport:
-        """:meth:`load_state`, returning a report of what was written and recounted.
+        """`load_state()`, returning a report of what was written and recounted.
 
-        ``state`` may also be a text file holding a snapshot (from :meth:`dump_state`
-        or ``to_json()``); a :meth:`dump_state` file is read incrementally and
+        ``state`` may also be a text file holding a snapshot (from `dump_state()`
+        or ``to_json()``); a `dump_state()` file is read incrementally and
         written in batches, still in one transaction, so memory stays bounded.
 
         A snapshot's token counts are not trusted: every message is recounted with
@@ -609,11 +612,13 @@ class MemoryStore:
         ``keep_tokens`` tokens (anchored messages aside: every view keeps them
         anyway), and summarizes every older complete unit that the latest summary
         does not cover yet. The summarizer receives the latest summary (as one
-        ``system`` message, see :meth:`Summary.to_message`), if there is one,
+        ``system`` message, see [`Summary.to_message()`][memstore.Summary.to_message]), if there is
+        one,
         followed by only those units' messages, and returns the new summary's text
-        (a ``str`` or a :class:`Message`). The new summary's range runs from the first summarized
+        (a ``str`` or a [`Message`][memstore.Message]). The new summary's range runs from the first
+        summarized
         seq to the newest seq folded in, so it contains the previous range. The
-        original messages stay stored; :class:`~memstore.SummaryView` shows the
+        original messages stay stored; [`SummaryView`][memstore.SummaryView] shows the
         latest summary and the recent tail.
 
         The summarizer is called with no transaction open. Concurrent calls on one
@@ -625,7 +630,7 @@ class MemoryStore:
         Args:
             conversation_id: the conversation.
             summarizer: ``list[Message] -> str | Message``, synchronous (an async one
-                is refused: use :class:`~memstore.AsyncMemoryStore`).
+                is refused: use [`AsyncMemoryStore`][memstore.AsyncMemoryStore]).
             keep_tokens: tokens of recent units to leave out of the summary (>= 0).
             counter: counts ``keep_tokens`` and the summary (default: the store's).
 
@@ -657,7 +662,8 @@ class MemoryStore:
 class ChatContext:
     """One conversation read through one view (autogen's ChatCompletionContext, persisted).
 
-    Created by :meth:`MemoryStore.context`. ``add_message`` stores at once;
+    Created by [`MemoryStore.context()`][memstore.MemoryStore.context]. ``add_message`` stores at
+    once;
     ``get_messages`` returns the view's window. Unlike autogen, ``save_state``
     snapshots the stored history (every message, not the view) plus the view's
     configuration, and ``load_state`` is one transaction.
@@ -694,7 +700,7 @@ class ChatContext:
         """Snapshot the conversation with this context's view configuration.
 
         Before the first message (or after the conversation was deleted): an empty
-        snapshot, as :meth:`get_messages` is empty then.
+        snapshot, as `get_messages()` is empty then.
         """
         plan = self._store._plan.save_state(self.conversation_id, self.view)
         try:

@@ -20,7 +20,8 @@ The format (``docs/export-format.md``): for each conversation a header line::
     {"memstore_export":1,"type":"conversation","id":...,"created_at":...,
      "updated_at":...,"metadata":{...},"message_count":N}
 
-then ``N`` lines, one per message, each the JSON of a :class:`StoredMessage` (every
+then ``N`` lines, one per message, each the JSON of a [`StoredMessage`][memstore.StoredMessage]
+(every
 stored field: seq, id, created_at, role, content, name, tool_calls, tool_call_id,
 score, pinned, metadata, token_count, token_counter, conversation_id), then one
 line per stored summary, oldest first::
@@ -31,7 +32,7 @@ line per stored summary, oldest first::
 
 Both directions stream: the export reads each conversation in keyset pages from
 one snapshot, the import writes each conversation in batches of
-:data:`IMPORT_BATCH` messages inside one transaction, so memory does not grow with
+`IMPORT_BATCH` messages inside one transaction, so memory does not grow with
 a conversation's length.
 """
 
@@ -39,7 +40,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, TextIO, TypeVar
+from typing import Any, TextIO, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -53,10 +54,8 @@ from memstore.errors import (
     InvalidInputError,
     MemstoreError,
 )
-from memstore.models import Conversation, StoredMessage, Summary
-
-if TYPE_CHECKING:
-    from memstore.store import MemoryStore
+from memstore.models import Conversation, LoadReport, StoredMessage, Summary
+from memstore.store import MemoryStore
 
 __all__ = [
     "EXPORT_VERSION",
@@ -89,7 +88,7 @@ Progress = Callable[[int], None]
 
 
 class ExportResult(BaseModel):
-    """What :func:`export_jsonl` wrote.
+    """What [`export_jsonl()`][memstore.export_jsonl] wrote.
 
     Attributes:
         conversations: conversations exported (one header line each).
@@ -105,7 +104,7 @@ class ExportResult(BaseModel):
 
 
 class ImportedConversation(BaseModel):
-    """What :func:`import_jsonl` did to one conversation.
+    """What [`import_jsonl()`][memstore.import_jsonl] did to one conversation.
 
     Attributes:
         id: the conversation written (the ``rename`` target when one was given).
@@ -132,40 +131,17 @@ class ImportedConversation(BaseModel):
 
 
 class ImportResult(BaseModel):
-    """What :func:`import_jsonl` did, one entry per conversation in file order."""
+    """What `import_jsonl()` did, one entry per conversation in file order."""
 
     model_config = _FROZEN
 
     conversations: list[ImportedConversation]
 
 
-class LoadReport(BaseModel):
-    """What :meth:`MemoryStore.restore_state` did.
-
-    Attributes:
-        conversation: the conversation as stored afterwards.
-        messages: messages in the snapshot.
-        written: messages stored.
-        recounted: messages whose stored token count (or counter) was replaced by a
-            fresh count: a snapshot's counts are never trusted. Counts made by a
-            counter this process can rebuild are recounted with it; the others with
-            the store's counter (and relabelled with its name).
-    """
-
-    model_config = _FROZEN
-
-    conversation: Conversation
-    messages: int
-    written: int
-    recounted: int
-
-
 # ---- export ---------------------------------------------------------------------------
 
 
 def _check_store(store: Any, what: str) -> None:
-    from memstore.store import MemoryStore
-
     if not isinstance(store, MemoryStore):
         raise InvalidInputError(
             f"{what} takes a MemoryStore, not {type(store).__name__} (with an "
@@ -212,7 +188,7 @@ def export_jsonl(
     """Write conversations to ``fp`` in memstore's JSON Lines export format.
 
     Each conversation is read from one snapshot (its header, messages and summaries
-    agree even while others write) in keyset pages of :data:`EXPORT_PAGE` messages,
+    agree even while others write) in keyset pages of `EXPORT_PAGE` messages,
     so memory stays flat however long it is. Its summary lines (one per
     ``summarize`` call, so few) follow its message lines.
 
@@ -422,7 +398,7 @@ RENAME_ONE = "rename imports one conversation, and the file holds more"
 
 def check_first_line(line: Mapping[str, Any], *, line_no: int = 1,
                      rename: str | None = None) -> None:
-    """Check the first line of an export file as :func:`import_jsonl` will, touching nothing.
+    """Check the first line of an export file as `import_jsonl()` will, touching nothing.
 
     For a caller that must not open (and perhaps create and migrate) a database for a
     wrong file, as ``memstore import`` does: a conversation header of a version this
@@ -459,25 +435,25 @@ def import_jsonl(
     """Read memstore's JSON Lines export format from ``fp`` into ``store``.
 
     Each conversation is written in one transaction, in batches of
-    :data:`IMPORT_BATCH` messages: all of it or nothing. A conversation that does
+    `IMPORT_BATCH` messages: all of it or nothing. A conversation that does
     not exist is created with the header's fields and its messages keep every stored
     field (seq, id, timestamps, score, pinned, metadata). For one that exists:
 
     * by default messages are matched by id: one already stored with the same
       content is ``unchanged`` (importing a file twice stores nothing new), a new
-      one is appended, one stored with other content is a :class:`ConflictError`;
+      one is appended, one stored with other content is a `ConflictError`;
       the stored conversation's metadata is kept;
     * ``replace=True`` deletes it first and writes the file's version.
 
     Summary lines are stored with a conversation created (or replaced) by the
     import. Into one that existed, a summary stored with the same number, range and
     text is ``summaries_unchanged``, one with the same number and other content is a
-    :class:`ConflictError`, and a new one is stored only when every imported
+    `ConflictError`, and a new one is stored only when every imported
     message sits at its own seq in the store (so its range means the same
     messages) and it extends the newest stored summary; otherwise it is left out.
 
     Token counts in the file are not trusted: every message is recounted (see
-    :class:`ImportedConversation.recounted`).
+    [`ImportedConversation.recounted`][memstore.ImportedConversation.recounted]).
 
     Args:
         store: the store to write.
@@ -491,7 +467,7 @@ def import_jsonl(
             call.
 
     Returns:
-        One :class:`ImportedConversation` per conversation, in file order.
+        One [`ImportedConversation`][memstore.ImportedConversation] per conversation, in file order.
 
     Raises:
         ImportFormatError: a line is not valid (``.line`` is its 1-based number; its
@@ -499,7 +475,7 @@ def import_jsonl(
             ``.imported``).
         ConflictError: a message id is stored with other content.
 
-        Any :class:`~memstore.errors.MemstoreError` raised (a conflict, a database
+        Any `MemstoreError` raised (a conflict, a database
         error) carries ``.imported`` too: the conversations before the one that
         failed, which are stored.
     """
@@ -560,7 +536,7 @@ _STORED_CONFLICT = "_memstore_conflicts_with_stored"
 
 
 def conflicts_with_stored(exc: BaseException) -> bool:
-    """Whether ``exc`` (from :func:`import_jsonl`) is a conflict with stored rows.
+    """Whether ``exc`` (from `import_jsonl()`) is a conflict with stored rows.
 
     True when a message or summary of the file conflicts with what an existing
     conversation stores, which ``replace=True`` would overwrite (the CLI's hint).

@@ -84,10 +84,9 @@ GRAPH = {module: _imports(module) for module in MODULES}
 
 
 def _edges(module: str) -> set[str]:
-    # A package's __init__ re-exports its own submodules: importing a submodule never
-    # runs into its parent through that edge, so only edges out of the package count.
-    return {t for t in GRAPH[module]["internal"]
-            if not (module in PACKAGES and t.startswith(module + "."))}
+    # A package's own re-exports count too: ``memstore.models`` importing
+    # ``memstore.models.message`` is an edge like any other.
+    return GRAPH[module]["internal"]
 
 
 def _cycle_from(start: str) -> list[str] | None:

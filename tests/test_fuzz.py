@@ -45,8 +45,9 @@ from memstore.errors import (
     InvalidInputError,
     MemstoreError,
 )
-from memstore.models import ContextWindow, ConversationState, Message, StoredMessage, ToolCall
+from memstore.models import ConversationState, Message, StoredMessage, ToolCall
 from memstore.tokens import FixedCounter
+from memstore.views.window import ContextWindow
 
 REJECTED = (pydantic.ValidationError, MemstoreError)
 

@@ -56,7 +56,7 @@ def test_sql_is_executed_only_in_the_database_layer() -> None:
     allowed = {"ops.py", "snapshots.py", "window.py", "engine.py"}
     executing = {"execute", "exec_driver_sql", "executemany", "scalar", "scalars"}
     for path in PACKAGE.rglob("*.py"):
-        if path.parent.name == "_db" and path.name in allowed or path.name == "migrate.py":
+        if (path.parent.name == "_db" and path.name in allowed) or path.name == "migrate.py":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):

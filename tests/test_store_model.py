@@ -75,8 +75,8 @@ from memstore import (
     ToolCall,
     UnboundedView,
 )
-from memstore.models import ContextWindow
 from memstore.tokens import FixedCounter, TokenCounter
+from memstore.views.window import ContextWindow
 
 COUNTER = FixedCounter(per_message=3, per_word=1, per_tool_call=2, priming=3)
 #: A second counter: views and summaries that name it recount what they read.

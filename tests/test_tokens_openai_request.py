@@ -5,7 +5,7 @@ openai SDK's request types are generated from OpenAI's API spec, so their keys a
 accepted ones), and strict endpoints refuse it. The default output leaves it out;
 ``to_openai(cache_control=True)`` is the opt-in form for Anthropic-compatible gateways.
 (This lives beside the token tests because the builder's own test file belongs to
-another change; it tests memstore/builder.py.)
+another change; it tests memstore/context/builder.py.)
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memstore.errors import ConfigurationError, ContextBudgetError
-from memstore.models import ContextWindow, Message, StoredMessage, ToolCall
+from memstore.models import Message, StoredMessage, ToolCall
 from memstore.tokens import (
     BaseTokenCounter,
     FixedCounter,
@@ -44,6 +44,7 @@ from memstore.views.units import (
     ReverseReader,
     group_units,
 )
+from memstore.views.window import ContextWindow
 from tests.viewcases import CALL, PER_MESSAGE, RES, T0, U, stored
 
 PROPS = settings(

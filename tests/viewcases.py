@@ -12,8 +12,9 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from memstore.models import ContextWindow, Message, StoredMessage, ToolCall
+from memstore.models import Message, StoredMessage, ToolCall
 from memstore.tokens import FixedCounter, TokenCounter
+from memstore.views.window import ContextWindow
 
 #: Counts messages: every message is 1 token, no priming.
 PER_MESSAGE = FixedCounter(1)

@@ -2,7 +2,7 @@
 
 An agent reads a window, appends a message or two, and reads the next window: the
 rows of consecutive windows are almost all the same. Decoding a row into a
-:class:`~memstore.models.StoredMessage` costs more than reading it, so each store
+[`StoredMessage`][memstore.StoredMessage] costs more than reading it, so each store
 keeps the rows its windows decoded, per conversation, and the next window reads
 from the database only the rows it does not hold (usually just the new ones).
 
@@ -30,7 +30,7 @@ leaves the epoch alone (it changes no message). Operations that delete summaries
 window's summary read carries the same epoch check as its range reads.
 
 Windows share the cached models: they are frozen, and their ``metadata``,
-``content`` parts and ``tool_calls`` are read-only containers (:mod:`memstore._db.readonly`),
+``content`` parts and ``tool_calls`` are read-only containers (`memstore._db.readonly`),
 so no caller can change what a later window reads.
 
 The cache is bounded by a number of messages (the store's ``cache_size``); the
@@ -62,8 +62,8 @@ from memstore.models import StoredMessage
 
 __all__ = ["DEFAULT_CACHE_SIZE", "CacheEntry", "CacheInfo", "RowCache"]
 
-#: Messages a store keeps decoded by default (a few megabytes for typical messages).
 DEFAULT_CACHE_SIZE = 10_000
+"""Messages a store keeps decoded by default (a few megabytes for typical messages)."""
 
 #: Fewest recently used conversations a full cache remembers for admission.
 MIN_RECENT = 64

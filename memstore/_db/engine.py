@@ -292,7 +292,7 @@ def install_sqlite_hooks(
         # An in-memory database is one connection that every caller shares: two threads
         # (or tasks) using it at once interleave their transactions (a write
         # acknowledged, then rolled back by the other's error). The stores take turns
-        # on it (:func:`turn_of`).
+        # on it (`turn_of()`).
         setattr(engine, _TURN, threading.RLock())
     else:
         # Connections the engine pooled before (the caller used it already) lack the

@@ -3,7 +3,7 @@
 Each function runs inside a transaction its caller opened. ``MemoryStore`` calls
 them directly; ``AsyncMemoryStore`` calls the very same functions through
 ``AsyncConnection.run_sync``. They take and return pydantic models only; rows
-never leave this layer (:mod:`memstore._db.rows` decodes them, :mod:`memstore._db.window`
+never leave this layer (`memstore._db.rows` decodes them, `memstore._db.window`
 serves a window's reads).
 """
 
@@ -113,7 +113,7 @@ def delete_conversation(conn: Connection, cid: str) -> None:
 def delete_contents(conn: Connection, cid: str, conv: Row[Any]) -> None:
     """Delete every message and summary of a locked conversation (row ``conv``).
 
-    In statements of :data:`DELETE_CHUNK` messages, so memory stays bounded however long
+    In statements of `DELETE_CHUNK` messages, so memory stays bounded however long
     the conversation is (``delete_conversation``, ``clear``, a replacing load).
     """
     first, last = int(conv.first_seq), int(conv.last_seq)
@@ -129,7 +129,7 @@ def delete_contents(conn: Connection, cid: str, conv: Row[Any]) -> None:
 def append_one(
     conn: Connection, cid: str, counter: str, batch: Sequence[Prepared]
 ) -> StoredMessage:
-    """Append one message (see :func:`append_messages`)."""
+    """Append one message (see `append_messages()`)."""
     return append_messages(conn, cid, counter, batch)[0]
 
 
@@ -209,10 +209,10 @@ def allocated(last: Any, cid: str, count: int) -> int:
     """The ``last_seq`` a seq allocation returned (``None``: it returned no row).
 
     No row means the conversation is full: ``count`` more seqs would pass
-    :data:`~memstore._validate.MAX_SEQ` (only a snapshot loaded near the top of the
+    `MAX_SEQ` (only a snapshot loaded near the top of the
     range gets there). The allocation changed nothing; the write is refused. The
     messages are valid: what is stored leaves no room for them, a
-    :class:`~memstore.errors.ConflictError` (replacing the conversation frees it).
+    `ConflictError` (replacing the conversation frees it).
 
     Raises:
         ConflictError: no row was returned.
@@ -237,7 +237,7 @@ def stored_by_ids(conn: Connection, cid: str, ids: list[str]) -> dict[str, Store
 def append_direct(
     conn: Connection, cid: str, counter: str, batch: Sequence[Prepared]
 ) -> list[StoredMessage] | None:
-    """:func:`append_messages` as precompiled SQL on the DBAPI cursor, or ``None``.
+    """`append_messages()` as precompiled SQL on the DBAPI cursor, or ``None``.
 
     The common append (no client ids) pays SQLAlchemy's per-statement machinery and
     its begin/commit hooks several times over; this sends the same statements
@@ -257,7 +257,7 @@ def append_direct(
     Returns ``None`` (nothing done, the connection untouched) when the fast path does
     not apply: client ids in the batch (the idempotency lookup needs the transactional
     path), a batch larger than one insert
-    chunk (:data:`INSERT_CHUNK`; big batches keep the chunked path, which lets the
+    chunk (`INSERT_CHUNK`; big batches keep the chunked path, which lets the
     event loop run between chunks on asyncio), or a connection already inside a
     transaction. Must be called with no transaction open.
     """
@@ -282,7 +282,7 @@ def append_direct(
 def append_direct_one(
     conn: Connection, cid: str, counter: str, batch: Sequence[Prepared]
 ) -> StoredMessage | None:
-    """:func:`append_direct` of one message (``None`` when it does not apply)."""
+    """`append_direct()` of one message (``None`` when it does not apply)."""
     done = append_direct(conn, cid, counter, batch)
     return done[0] if done is not None else None
 
@@ -384,9 +384,9 @@ def _append_batch(
 
 
 def insert_message_rows(conn: Connection, rows: list[dict[str, Any]]) -> None:
-    """Insert message rows (:func:`message_row` dicts) inside the open transaction.
+    """Insert message rows (`message_row()` dicts) inside the open transaction.
 
-    PostgreSQL: one ``COPY ... FROM STDIN`` (see :class:`memstore._db.statements.CopyMessages`);
+    PostgreSQL: one ``COPY ... FROM STDIN`` (see `memstore._db.statements.CopyMessages`);
     a driver error is wrapped as SQLAlchemy would, so it is translated the same way.
     SQLite: an ``executemany`` of the INSERT.
     """
@@ -517,7 +517,7 @@ def rewrite(
 
     The conversation row is locked first (as ``pop`` and appends lock it), so the read,
     ``replace`` and the write are one step for every other writer. The rules (seqs,
-    rows left in place, summaries, epoch) are in :mod:`memstore._db.rewrite`. Returns the
+    rows left in place, summaries, epoch) are in `memstore._db.rewrite`. Returns the
     replacement as stored; ConversationNotFoundError (``replace`` not called), or
     ConflictError for an id of a message that is not replaced.
     """
@@ -653,7 +653,7 @@ def summarize_read(
 ) -> SummaryDraft:
     """Find the units ``summarize`` folds in (read in one snapshot; writes nothing).
 
-    See :func:`memstore.views.summary.plan_fold`: reads the kept units and the
+    See `memstore.views.summary.plan_fold()`: reads the kept units and the
     folded ones, O(what changed since the last summary), never the summarized
     history again.
     """

@@ -1,20 +1,20 @@
 """Read-only containers for the nested values of messages read from a store.
 
-A store's row cache hands the same :class:`~memstore.models.StoredMessage` objects to
+A store's row cache hands the same [`StoredMessage`][memstore.StoredMessage] objects to
 every window that reads them. The models are frozen, but a frozen pydantic model
 still holds plain ``dict`` and ``list`` values: a caller changing a window message's
 ``metadata`` (or appending to its ``content`` parts) would change what every later
 window of that conversation returns, which the database does not hold. So the
-decoder builds those values as :class:`ReadOnlyDict` and :class:`ReadOnlyList`:
+decoder builds those values as `ReadOnlyDict` and `ReadOnlyList`:
 
 * they are ``dict`` and ``list`` subclasses, so reading, ``isinstance``, equality,
   ``json.dumps`` and pydantic serialisation work as before;
-* every change raises :class:`~memstore.errors.ReadOnlyError` (a ``TypeError``);
+* every change raises `ReadOnlyError` (a ``TypeError``);
 * ``copy.copy``, ``copy.deepcopy`` (hence ``model_copy(deep=True)``), ``dict(x)`` and
   ``list(x)`` give plain, changeable containers.
 
 Freezing costs nothing for the common row: empty metadata is one shared empty
-:class:`ReadOnlyDict`.
+`ReadOnlyDict`.
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def freeze(value: Any) -> Any:
     """``value`` (decoded JSON) with every dict and list in it made read-only.
 
     Strings, numbers, booleans and ``None`` are immutable already; any other object
-    (a frozen model, say) is returned as it is. An empty dict becomes :data:`EMPTY`.
+    (a frozen model, say) is returned as it is. An empty dict becomes `EMPTY`.
     """
     kind = type(value)
     if kind is dict:

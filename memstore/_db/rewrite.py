@@ -1,10 +1,10 @@
 """``rewrite``, planned: what replacing the newest messages changes (no SQL here).
 
-:func:`memstore._db.ops.rewrite` runs the transaction: with the conversation row locked it
+`memstore._db.ops.rewrite()` runs the transaction: with the conversation row locked it
 reads the messages, calls the caller's function (wrapped by
-:class:`memstore._base.RewriteCall`, which checks its result and counts its tokens)
-through :func:`call`, and writes what :func:`compare`, :func:`message_rows` and
-:func:`totals` work out. The function is called *inside* the transaction, so no other
+`memstore._base.RewriteCall`, which checks its result and counts its tokens)
+through `call()`, and writes what `compare()`, `message_rows()` and
+`totals()` work out. The function is called *inside* the transaction, so no other
 writer can slip a message in between the read and the write.
 
 The rules:
@@ -61,7 +61,7 @@ class Replacement(NamedTuple):
 
 
 #: What the rewrite calls with the messages it read (chronological): the checked,
-#: counted replacement (see :class:`memstore._base.RewriteCall`).
+#: counted replacement (see `memstore._base.RewriteCall`).
 Replace = Callable[[list[StoredMessage]], list[Replacement]]
 
 
@@ -125,7 +125,7 @@ def compare(new: Sequence[Replacement], old: Sequence[StoredMessage]) -> Diff:
 
 
 def check_room(cid: str, start: int, count: int) -> None:
-    """Refuse a replacement whose seqs would pass :data:`MAX_SEQ` (ConflictError)."""
+    """Refuse a replacement whose seqs would pass `MAX_SEQ` (ConflictError)."""
     if start + count - 1 > MAX_SEQ:
         raise conversation_full(cid, "the rewrite")
 

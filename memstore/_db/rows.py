@@ -1,7 +1,7 @@
 """Rows and models: decoding driver rows, building insert rows, driver errors.
 
-The bottom of the database layer, shared by :mod:`memstore._db.ops` (every operation),
-:mod:`memstore._db.snapshots` (state and streamed loads) and :mod:`memstore._db.window` (the
+The bottom of the database layer, shared by `memstore._db.ops` (every operation),
+`memstore._db.snapshots` (state and streamed loads) and `memstore._db.window` (the
 window's read path). Rows never leave these modules; callers get pydantic models.
 """
 
@@ -75,7 +75,7 @@ def new_message_id() -> str:
 
 
 def new_message_ids(n: int) -> list[str]:
-    """``n`` ids as :func:`new_message_id` makes them, for one batch.
+    """``n`` ids as `new_message_id()` makes them, for one batch.
 
     One clock read and one read of the system's random source for all of them.
     """
@@ -118,8 +118,8 @@ def _parts(raw: list[Any]) -> list[Any]:
 def to_stored(row: Any) -> StoredMessage:
     """Build a StoredMessage from a trusted row without re-validating it.
 
-    ``row`` holds :data:`memstore._db.statements.MESSAGE_COLUMNS` as SQLAlchemy returns
-    them (decoded JSON, aware UTC timestamps): :func:`decode_raw`'s decoded case.
+    ``row`` holds `memstore._db.statements.MESSAGE_COLUMNS` as SQLAlchemy returns
+    them (decoded JSON, aware UTC timestamps): `decode_raw()`'s decoded case.
     """
     return decode_raw(row[1:], "postgresql", row[0])
 
@@ -172,7 +172,7 @@ _STORED_FIELDS = set(StoredMessage.model_fields)
 
 
 def _stored(values: dict[str, Any]) -> StoredMessage:
-    """:func:`memstore.models.build_trusted` for StoredMessage, inlined (once per row)."""
+    """`memstore.models.build_trusted()` for StoredMessage, inlined (once per row)."""
     message: StoredMessage = _new(StoredMessage)
     _set(message, "__dict__", values)
     _set(message, "__pydantic_fields_set__", _STORED_FIELDS)
@@ -195,7 +195,7 @@ def decode_raw(row: Any, dialect: str, cid: str) -> StoredMessage:
     ``dialect`` ``"sqlite"``: the SQLite driver's values, JSON as text and timestamps
     as naive UTC text. Any other: decoded values, as psycopg returns them (JSONB
     decoded, aware timestamps) and as SQLAlchemy's types return them on both
-    databases (:func:`to_stored`). This runs once per row a window reads: one
+    databases (`to_stored()`). This runs once per row a window reads: one
     function, no intermediate copies.
     """
     (seq, mid, role, text, parts, name, calls, call_id, score, pinned, tokens, counter,
@@ -289,8 +289,8 @@ def to_conversation(row: Row[Any]) -> Conversation:
 def driver_error(conn: Connection, exc: Exception, statement: str, params: Any) -> Exception:
     """What SQLAlchemy does with a driver error, for statements run on the DBAPI cursor.
 
-    Wraps it in the matching :class:`sqlalchemy.exc.DBAPIError` (which
-    :func:`memstore.errors.translate_db_errors` turns into a memstore error) and, when
+    Wraps it in the matching `sqlalchemy.exc.DBAPIError` (which
+    `memstore.errors.translate_db_errors()` turns into a memstore error) and, when
     the error means the connection is gone, invalidates it so the pool does not hand
     it out again.
     """
@@ -316,7 +316,7 @@ def autocommit_on(conn: Connection) -> Any:
     ``execution_options(isolation_level="AUTOCOMMIT")`` costs 20-40 more (it records the
     characteristic and resets it on the way back to the pool), which is a tenth of a
     warm window. Only the DBAPI cursor runs statements in between, never SQLAlchemy,
-    and :func:`autocommit_off` restores the flag before the connection is used again.
+    and `autocommit_off()` restores the flag before the connection is used again.
     Requires a connection with no transaction open (a fresh checkout).
     """
     dbapi = conn.connection.dbapi_connection
@@ -329,7 +329,7 @@ def autocommit_on(conn: Connection) -> Any:
 
 
 def autocommit_off(conn: Connection, dbapi: Any) -> None:
-    """Undo :func:`autocommit_on`; a connection that cannot be reset is invalidated."""
+    """Undo `autocommit_on()`; a connection that cannot be reset is invalidated."""
     try:
         dbapi.autocommit = False
     except conn.dialect.loaded_dbapi.Error as exc:
@@ -339,7 +339,7 @@ def autocommit_off(conn: Connection, dbapi: Any) -> None:
 
 
 def to_summary(row: Sequence[Any]) -> Summary:
-    """Build a Summary from a trusted row of :data:`memstore._db.statements.SUMMARY_COLUMNS`."""
+    """Build a Summary from a trusted row of `memstore._db.statements.SUMMARY_COLUMNS`."""
     cid, number, first, last, text, tokens, counter, created_at = row
     if not isinstance(created_at, datetime):  # SQLite through the DBAPI cursor
         created_at = sqlite_time(created_at)

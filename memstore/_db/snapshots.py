@@ -1,10 +1,10 @@
 """Snapshots in and out: state, keyset pages, and loads in bounded batches.
 
-Functions on a SQLAlchemy ``Connection``, like :mod:`memstore._db.ops` (whose write and
+Functions on a SQLAlchemy ``Connection``, like `memstore._db.ops` (whose write and
 read primitives they use), that move a whole conversation at a time:
 ``save_state``/``load_state``, the keyset pages ``iter_messages`` and exports read,
-and the :class:`Loader` that imports and streamed ``load_state`` write with, one
-batch at a time, recounting every message (:class:`Recounter`). Each runs inside the
+and the `Loader` that imports and streamed ``load_state`` write with, one
+batch at a time, recounting every message (`Recounter`). Each runs inside the
 caller's one transaction.
 """
 
@@ -70,7 +70,7 @@ def load_state(
     ``replace=True`` makes the conversation exactly the snapshot (seqs, timestamps,
     scores, token counts, client ids kept). ``replace=False`` appends the snapshot's
     messages after the stored ones (new seqs; everything else kept). ``recounted``:
-    the snapshot's messages with counts recomputed by :func:`recount`, stored instead
+    the snapshot's messages with counts recomputed by `recount()`, stored instead
     of ``state.messages``.
     """
     src = state.messages if recounted is None else recounted
@@ -122,7 +122,7 @@ def replace_conversation(conn: Connection, cid: str, existing: Row[Any],
 
     The row is updated, not deleted and inserted again: on PostgreSQL a writer waiting
     for its lock (an append, ``pop``, ``clear``, ``set_score``) would find a deleted row
-    and raise :class:`~memstore.errors.ConversationNotFoundError` although the
+    and raise `ConversationNotFoundError` although the
     conversation exists throughout; with the row kept, it goes on with the replaced
     conversation.
     """
@@ -162,7 +162,7 @@ def create_conversation(conn: Connection, cid: str, values: dict[str, Any]) -> R
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-#: How many times :func:`create_conversation` inserts again when the row it collided
+#: How many times `create_conversation()` inserts again when the row it collided
 #: with was replaced before it could lock it.
 _CREATE_ATTEMPTS = 8
 
@@ -224,7 +224,8 @@ class Recounter:
     """Recomputes the token count of every loaded message (snapshots are not trusted).
 
     A message counted by a counter this process can rebuild (the store's own, or one
-    :func:`memstore.tokens.counter_from_name` knows) is recounted with that counter;
+    [`memstore.tokens.counter_from_name()`][memstore.counter_from_name] knows) is recounted with
+    that counter;
     any other is recounted with the store's counter and relabelled with its name.
     ``recounted`` counts the messages whose stored count or counter changed.
     """
@@ -272,10 +273,10 @@ class Recounter:
         return tokens, counter.name
 
     def count_batch(self, messages: Sequence[StoredMessage]) -> list[tuple[int, str]]:
-        """:meth:`count` of each message; a batch with one counter goes through ``count_each``.
+        """`count()` of each message; a batch with one counter goes through ``count_each``.
 
         (The default counter spreads a large batch across threads, see
-        :func:`memstore.tokens.count_each`.) A mixed batch, or one whose counter fails,
+        `memstore.tokens.count_each()`.) A mixed batch, or one whose counter fails,
         is counted message by message.
         """
         from memstore.errors import ConfigurationError, MemstoreError
@@ -296,10 +297,10 @@ class Recounter:
 
 def _insert_rows(conn: Connection, cid: str, rows: list[dict[str, Any]], *,
                  appending: bool) -> None:
-    """Insert loaded rows in chunks of :data:`memstore._db.ops.INSERT_CHUNK`.
+    """Insert loaded rows in chunks of `memstore._db.ops.INSERT_CHUNK`.
 
     ``appending``: the conversation held messages before this load, so a unique
-    violation is an id it already stores (a :class:`ConflictError` saying so);
+    violation is an id it already stores (a `ConflictError` saying so);
     otherwise the violation propagates for the caller to name.
     """
     try:
@@ -342,10 +343,10 @@ class Loader:
 
     * ``"replace"``: delete it, then write the stream as a new conversation;
     * ``"append"``: append every message after the stored ones (new seqs; a client
-      id already stored is a :class:`ConflictError`);
+      id already stored is a `ConflictError`);
     * ``"merge"``: a message whose client id is stored with the same content is
       left alone (``unchanged``), a new one is appended, one stored with other
-      content is a :class:`ConflictError` (idempotent re-import).
+      content is a `ConflictError` (idempotent re-import).
 
     A conversation that does not exist is created with the header's fields, and its
     messages keep their seqs (which must then be contiguous and increasing).
@@ -390,7 +391,7 @@ class Loader:
         self._top = 1.0
 
     def add(self, batch: Sequence[StoredMessage]) -> None:
-        """Write one batch (at most :data:`memstore._db.ops.INSERT_CHUNK` messages is good)."""
+        """Write one batch (at most `memstore._db.ops.INSERT_CHUNK` messages is good)."""
         if not batch:
             return
         self.last_seq = batch[-1].seq
@@ -479,7 +480,7 @@ class Loader:
         """Complete the conversation row; returns the conversation as stored.
 
         ``summaries`` (the stream's, oldest first, checked with
-        :func:`check_stream_summaries`) are written as :func:`load_state` writes a
+        `check_stream_summaries()`) are written as `load_state()` writes a
         snapshot's: only into a conversation created (or replaced) by this load.
         """
         if self.fresh:
@@ -503,10 +504,10 @@ def merge_summaries(
 
     A summary stored with the same number and the same range and text is left alone
     (a re-import stores nothing new); one stored with the same number and anything
-    else is a :class:`ConflictError`. A new summary is written only when every
+    else is a `ConflictError`. A new summary is written only when every
     imported message is stored at its own seq (``aligned``: its range means the same
     messages) and it extends the newest stored one; otherwise it is left out, as
-    :func:`load_state` leaves out the summaries of appended messages.
+    `load_state()` leaves out the summaries of appended messages.
 
     Returns:
         ``(written, unchanged)``.
@@ -542,7 +543,8 @@ def merge_summaries(
 def check_stream_summaries(summaries: Sequence[Summary], last_seq: int | None) -> str | None:
     """Why a stream's summaries do not fit its messages (``None``: they fit).
 
-    The rule :class:`ConversationState` applies to a whole snapshot: the newest
+    The rule [`ConversationState`][memstore.ConversationState] applies to a whole snapshot: the
+    newest
     summary ends at or before the newest message (``last_seq``; ``None`` when the
     stream has no messages, and then any summaries fit).
     """
@@ -560,7 +562,7 @@ def load_stream(
     """Write a streamed snapshot in batches (one transaction: the caller's).
 
     ``messages`` is an iterator of StoredMessage (read lazily from a file). The
-    header's summaries are written as :func:`load_state` writes them (a replace or
+    header's summaries are written as `load_state()` writes them (a replace or
     a new conversation keeps them; an append does not). Returns the stored
     conversation and how many messages were written.
     """

@@ -13,7 +13,7 @@ included: there is one per ``summarize`` call, so they are few) and ends with
 ``"messages":[``; then
 one message per line (a comma ends every line but the last); then ``]}``. The file
 is plain JSON (``ConversationState.from_json`` reads it whole), and
-:func:`read_state` reads it with memory bounded by one message. A snapshot in any
+`read_state()` reads it with memory bounded by one message. A snapshot in any
 other layout (``to_json()`` written to a file) is read whole.
 """
 
@@ -112,7 +112,7 @@ def read_state(fp: TextIO) -> tuple[ConversationState, Iterator[StoredMessage]]:
     """Read a snapshot from ``fp``: its header (no messages) and an iterator of messages.
 
     The iterator validates each message as it goes (a bad line raises
-    :class:`InvalidInputError` naming the line) and checks that seqs increase and
+    `InvalidInputError` naming the line) and checks that seqs increase and
     that every message belongs to the snapshot's conversation.
     """
     try:

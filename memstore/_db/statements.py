@@ -2,7 +2,7 @@
 
 Pure functions: they build SQLAlchemy Core statements and never execute them.
 Every statement here is scoped to one conversation id except
-:func:`list_conversations` and :func:`totals` (administrative, not hot paths).
+`list_conversations()` and `totals()` (administrative, not hot paths).
 """
 
 from __future__ import annotations
@@ -171,8 +171,8 @@ def allocate_seqs(
 ) -> tuple[Any, dict[str, Any]]:
     """Reserve ``count`` seqs in one statement; returns ``(statement, parameters)``.
 
-    The statement returns no row when the seqs would pass :data:`MAX_SEQ` (see
-    :func:`memstore._db.ops.allocated`).
+    The statement returns no row when the seqs would pass `MAX_SEQ` (see
+    `memstore._db.ops.allocated()`).
 
     ``INSERT ... ON CONFLICT (id) DO UPDATE SET last_seq = last_seq + count ...
     RETURNING last_seq``: creates the conversation on first use, and on PostgreSQL
@@ -224,7 +224,7 @@ def messages_range(
     """Messages with ``start <= seq < stop`` over the ``(conversation_id, seq)`` key.
 
     Values may be bind parameters: the precompiled hot reads are built here too (with
-    :data:`WINDOW_COLUMNS`).
+    `WINDOW_COLUMNS`).
     """
     conds = [M.conversation_id == cid]
     if start is not None:
@@ -396,7 +396,7 @@ def _conversation_page(cid: BindParameter[str]) -> Any:
     The page is the newest ``page`` messages with a seq above ``known_last``:
     ``page`` estimates from the conversation's own counts how many messages a budget
     of ``budget`` tokens holds (``token_limit * message_count / token_count``, 20 %
-    and 8 rows of slack, at most :data:`PAGE_MAX`), as the view's first page does;
+    and 8 rows of slack, at most `PAGE_MAX`), as the view's first page does;
     ``known_last`` is ``cached_last`` while the conversation's epoch is still
     ``cached_epoch`` (those rows are in the row cache), else 0.
     """
@@ -512,7 +512,7 @@ class CompiledSQL:
                                    if proc is not None)
 
     def row_params(self, values: dict[str, Any], memo: dict[str, tuple[Any, Any]]) -> Any:
-        """:meth:`params` for one row of a batch (positional, every name in ``values``).
+        """`params()` for one row of a batch (positional, every name in ``values``).
 
         ``memo`` carries processed values from one row to the next: a value that is the
         same object as the previous row's (the batch's one timestamp) is not processed
@@ -600,7 +600,7 @@ _COPY: dict[tuple[str, str], CopyMessages] = {}
 
 
 def copy_messages(dialect: Dialect) -> CopyMessages:
-    """The :class:`CopyMessages` of ``dialect`` (built once per dialect and driver)."""
+    """The `CopyMessages` of ``dialect`` (built once per dialect and driver)."""
     key = (dialect.name, dialect.driver)
     found = _COPY.get(key)
     if found is None:

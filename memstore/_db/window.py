@@ -1,7 +1,7 @@
-"""The window's read path: one conversation's rows as a :class:`HistorySource`.
+"""The window's read path: one conversation's rows as a [`HistorySource`][memstore.HistorySource].
 
-:class:`SQLHistory` serves a view's reads from precompiled statements on the DBAPI
-cursor, with the row cache (:mod:`memstore._db.cache`); :func:`window` runs a view over it.
+`SQLHistory` serves a view's reads from precompiled statements on the DBAPI
+cursor, with the row cache (`memstore._db.cache`); `window()` runs a view over it.
 """
 
 from __future__ import annotations
@@ -37,17 +37,17 @@ class StaleRead(Exception):
 
 
 class SQLHistory(SourceBase):
-    """:class:`memstore.views.history.HistorySource` over one conversation's rows.
+    """A [`HistorySource`][memstore.HistorySource] over one conversation's rows.
 
     Every read is an indexed range on ``(conversation_id, seq)``; anchored messages
     come through the partial index, with the conversation row. The statements are
-    precompiled per dialect (see :func:`memstore._db.statements.hot`) and run on the
+    precompiled per dialect (see `memstore._db.statements.hot()`) and run on the
     DBAPI cursor.
 
-    With a :class:`~memstore._db.cache.RowCache`, rows decoded by earlier windows of the
+    With a `RowCache`, rows decoded by earlier windows of the
     same conversation are reused while the conversation's epoch is unchanged (see
-    :mod:`memstore._db.cache`): only missing seqs are read from the database, and
-    :meth:`remember` stores what this window decoded. ``rows_read`` counts the rows
+    `memstore._db.cache`): only missing seqs are read from the database, and
+    `remember()` stores what this window decoded. ``rows_read`` counts the rows
     returned to the view, ``rows_cached`` those of them that came from the cache.
 
     **Reads without a transaction.** On a connection with no transaction open, each
@@ -56,7 +56,7 @@ class SQLHistory(SourceBase):
     condition "the epoch is still the one read first". Rows of ``[first_seq,
     last_seq]`` change only together with the epoch, so while it holds each range
     returns exactly the rows that snapshot held; if it changed in between, the range
-    comes back short and :class:`StaleRead` makes the store read again in one
+    comes back short and `StaleRead` makes the store read again in one
     snapshot transaction. A warm window thus costs one statement and no ``BEGIN``
     or ``COMMIT``: one round trip on PostgreSQL instead of three.
 
@@ -64,7 +64,7 @@ class SQLHistory(SourceBase):
     budgeted view, the first statement also returns the conversation's newest
     messages, as many as the view's first page asks for (estimated in SQL from the
     conversation's counts, see ``memstore._db.statements._conversation_page``; the view
-    learns the number through :meth:`first_page_for`). Rows the cache holds under the
+    learns the number through `first_page_for()`). Rows the cache holds under the
     current epoch are left out. A cold window thus also costs one statement (one round
     trip) as long as its first page holds it.
     """
@@ -209,7 +209,7 @@ class SQLHistory(SourceBase):
         """The newest stored summary ending at or before ``last_seq`` (one indexed read).
 
         Outside a transaction the read carries the epoch check of the range reads: a
-        conversation rewritten since its row was read raises :class:`StaleRead`.
+        conversation rewritten since its row was read raises `StaleRead`.
         Summaries stored after that row was read are used when their range lies
         within the snapshot's messages (they summarize exactly those rows).
         """
@@ -292,7 +292,7 @@ class SQLHistory(SourceBase):
                             max_page: int) -> Iterator[StoredMessage]:
         """Messages with ``floor <= seq < before``, newest first, decoded as they are taken.
 
-        The optional streaming hook of a source (see :class:`memstore.views.units.ReverseReader`):
+        The optional streaming hook of a source (see `memstore.views.units.ReverseReader`):
         rows come from the database a page at a time (``first_page`` rows, doubling up to
         ``max_page``; a page that came with the first statement counts as the first), but
         each becomes a model only when the consumer takes it, so a view that stops early
@@ -368,7 +368,7 @@ def window(conn: Connection, cid: str, view: Any, counter: Any,
            cache: RowCache | None = None) -> Any:
     """Select a window through ``view`` (pure) over this conversation's rows.
 
-    Runs in a read transaction, or with none (see :class:`SQLHistory`); never in a
+    Runs in a read transaction, or with none (see `SQLHistory`); never in a
     write transaction, so the rows it caches are committed ones.
     """
     budget = None

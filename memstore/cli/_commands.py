@@ -1,4 +1,4 @@
-"""The ``memstore`` commands: thin layers over the public API of :mod:`memstore`."""
+"""The ``memstore`` commands: thin layers over the public API of `memstore`."""
 
 from __future__ import annotations
 
@@ -37,14 +37,9 @@ from memstore.errors import (
     MemstoreError,
     SchemaOutOfDateError,
 )
-from memstore.models import (
-    ContextWindow,
-    Conversation,
-    ConversationState,
-    Message,
-    StoredMessage,
-)
+from memstore.models import Conversation, ConversationState, Message, StoredMessage
 from memstore.store import MemoryStore
+from memstore.views.window import ContextWindow
 
 __all__ = [
     "REASONS",
@@ -89,7 +84,7 @@ REASONS = {
 def url_of(args: argparse.Namespace) -> str:
     """The database URL of a command: ``--url``, else ``$MEMSTORE_URL``, else ./memstore.db.
 
-    It is checked as the library checks it (:func:`memstore._db.engine.parse_url`, so
+    It is checked as the library checks it (`memstore._db.engine.parse_url()`, so
     ``postgres://`` works too); a URL that is not one, or names a database memstore
     cannot use, is a usage error naming where the URL came from.
     """
@@ -654,7 +649,7 @@ class _Replay:
         return self._head.pop(0) if self._head else self._fp.readline(size)
 
 
-#: :data:`memstore.transfer.RENAME_HINT` and ``RENAME_ONE`` said of ``memstore import``'s
+#: `memstore.transfer.RENAME_HINT` and ``RENAME_ONE`` said of ``memstore import``'s
 #: flag that sets ``rename``.
 _AS_HINT = "pass --as CONV to import bare message lines into one conversation"
 _AS_ONE = "--as imports one conversation, and the file holds more"
@@ -674,7 +669,7 @@ def _print_imported(c: Any) -> None:
 
 
 def _transfer() -> Any:
-    """:mod:`memstore.transfer` (imported late: only export and import need it)."""
+    """`memstore.transfer` (imported late: only export and import need it)."""
     return importlib.import_module("memstore.transfer")
 
 
@@ -824,8 +819,10 @@ def pop(args: argparse.Namespace) -> int:
     """``memstore pop CONV [-n N]``: prints what it deletes, and deletes it once printed.
 
     The messages are printed (and standard output flushed) inside the transaction that
-    deletes them (:meth:`MemoryStore.rewrite` replacing the ``n`` newest with nothing,
-    which is what :meth:`MemoryStore.pop` does): when printing fails (a closed pipe, say)
+    deletes them ([`MemoryStore.rewrite()`][memstore.MemoryStore.rewrite] replacing the ``n`` newest
+    with nothing,
+    which is what [`MemoryStore.pop()`][memstore.MemoryStore.pop] does): when printing fails (a
+    closed pipe, say)
     the transaction is rolled back and nothing is deleted.
     """
     form = fmt(args)

@@ -20,7 +20,7 @@ from memstore.cli import _output as out
 from memstore.cli._commands import message_preview, open_store
 from memstore.context.builder import Block, ContextBuilder, Drop, HistoryBlock, Tier, TruncateOldest
 from memstore.errors import ContextBudgetError, ConversationNotFoundError
-from memstore.models import ContextWindow, Message, StoredMessage, ToolCall, WindowReport
+from memstore.models import Message, StoredMessage, ToolCall
 from memstore.store import MemoryStore
 from memstore.views import (
     BufferedView,
@@ -31,6 +31,7 @@ from memstore.views import (
     TokenLimitedView,
     UnboundedView,
 )
+from memstore.views.window import ContextWindow, WindowReport
 
 __all__ = ["CONVERSATION_ID", "BuilderColumn", "DemoResult", "demo", "demo_builder",
            "demo_messages", "demo_table", "run_demo", "write_demo"]
@@ -228,8 +229,8 @@ def demo_table(result: DemoResult, width: int = 100) -> Table:
     ``width`` is the console's: the text preview gets what the other columns leave
     (and is left out below 12 characters), so every row stays on one line. When even
     the view columns do not fit (a footer "too small" at 80 columns), their footers and
-    headers wrap at spaces, and so does the legend. Below :func:`demo_min_width` the
-    table does not fit whole: :func:`demo` then renders it that wide and says so.
+    headers wrap at spaces, and so does the legend. Below `demo_min_width()` the
+    table does not fit whole: `demo()` then renders it that wide and says so.
     """
     total = sum(m.token_count for m in result.messages)
     settings = "; ".join(f"{name}: {setting}" for name, setting in result.columns)

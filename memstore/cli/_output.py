@@ -56,7 +56,7 @@ FORMATS = ("table", "json", "jsonl", "openai")
 
 
 class _Console(Console):
-    """A Rich console whose closed pipe is a :class:`BrokenPipeError`, not ``SystemExit(1)``.
+    """A Rich console whose closed pipe is a `BrokenPipeError`, not ``SystemExit(1)``.
 
     Rich's own handler exits with status 1; re-raised, the error reaches the command's
     handler, which ends quietly with status 0 (the reader of ``| head`` went away).
@@ -76,7 +76,7 @@ def prepare_stdout() -> None:
     """On a standard output that is not UTF-8, replace what it cannot encode.
 
     A table or a status line then shows ``?`` for a character the terminal's encoding
-    lacks instead of failing; JSON switches the stream to UTF-8 (:func:`utf8_stdout`).
+    lacks instead of failing; JSON switches the stream to UTF-8 (`utf8_stdout()`).
     """
     stream = sys.stdout
     if isinstance(stream, io.TextIOWrapper) and not _is_utf8(stream):
@@ -179,11 +179,11 @@ def table(columns: Sequence[str | tuple[str, dict[str, Any]]], rows: Sequence[Se
           *, title: str | None = None, caption: str | None = None) -> Table:
     """A Rich table; a column is a header or ``(header, Column options)``.
 
-    Every cell that is not already a :class:`~rich.text.Text` goes through :func:`safe`.
+    Every cell that is not already a `Text` goes through `safe()`.
     Columns justified right (numbers: seq, tokens) never wrap and keep their widest
     cell whole. The others wrap when the terminal is narrow (a long word is folded):
     rows grow taller rather than a number turning into "…" or the text vanishing.
-    Below :data:`NARROW` columns the table has no outer border.
+    Below `NARROW` columns the table has no outer border.
     """
     narrow = console().width < NARROW
     compact: dict[str, Any] = {"box": box.SIMPLE_HEAD, "show_edge": False,
@@ -210,7 +210,7 @@ def progress_bar(description: str, total: int | None) -> Iterator[Callable[[int]
     """Yield ``advance(n)``: a Rich progress bar on standard error when it is a terminal.
 
     ``n`` is the number of items handled since the previous call (the ``progress``
-    callback of :mod:`memstore.transfer`). Off a terminal, calls are ignored (no output
+    callback of `memstore.transfer`). Off a terminal, calls are ignored (no output
     at all), so pipes and logs stay clean.
     """
     if not sys.stderr.isatty():

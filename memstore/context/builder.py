@@ -2,28 +2,30 @@
 
 An agent's prompt is more than its chat history: a system prompt that must fit,
 facts, retrieved documents that may be dropped, the stored history that may be
-trimmed or summarised, a scratchpad. :class:`ContextBuilder` serves
-:class:`Block` objects in tier order (:class:`Tier`, insertion order within a tier),
+trimmed or summarised, a scratchpad. [`ContextBuilder`][memstore.ContextBuilder] serves
+[`Block`][memstore.Block] objects in tier order ([`Tier`][memstore.Tier], insertion order within a
+tier),
 gives each the budget that is left (or its own ``max_tokens`` cap when smaller),
-and applies the block's :class:`Strategy` only when the block does not fit. The
-result, a :class:`CompiledContext`, carries a :class:`CompileReport` of what was
+and applies the block's [`Strategy`][memstore.Strategy] only when the block does not fit. The
+result, a [`CompiledContext`][memstore.CompiledContext], carries a
+[`CompileReport`][memstore.CompileReport] of what was
 evicted and why.
 
 Guarantee: ``counter.count_messages(compiled.messages) <= max_tokens``, always,
-or an error (:class:`~memstore.errors.ContextBudgetError` with the numbers).
+or an error (`ContextBudgetError` with the numbers).
 
 Token arithmetic: the builder counts each message once with ``count_message``
 (a stored message's count is reused when it came from the same counter) and
 charges the reply priming (``counter.count_messages([])``) once, before the first
 block, so ``total_tokens_used = priming + Σ tokens_per_block``; with an additive
-counter (every memstore counter, and what :class:`~memstore.tokens.TokenCounter`
+counter (every memstore counter, and what [`TokenCounter`][memstore.TokenCounter]
 asks for) that equals ``counter.count_messages(messages)``.
 
 Units: an assistant message with ``tool_calls`` and the ``tool`` messages right
-after it form one unit (the run rule of :mod:`memstore.views.units`); no strategy ever
+after it form one unit (the run rule of `memstore.views.units`); no strategy ever
 splits one, and a custom strategy's output that does is refused.
 
-A :class:`HistoryBlock` reads a stored conversation through a view sized to the
+A [`HistoryBlock`][memstore.HistoryBlock] reads a stored conversation through a view sized to the
 budget its block actually gets, so it reads O(window) rows, never the whole
 history. The builder itself runs no SQL: history blocks go through the store's
 public ``window`` method.
@@ -38,7 +40,7 @@ or what remains, whichever is smaller). contexty's pair mode
 (``KeepUserAssistantPairs``) leaves orphan tool results; memstore never splits a
 tool unit. contexty truncates system messages unless their role is protected;
 memstore never removes system, developer or pinned messages in
-:class:`TruncateOldest`. contexty has no stored history; memstore's history
+[`TruncateOldest`][memstore.TruncateOldest]. contexty has no stored history; memstore's history
 blocks read only the window.
 """
 
@@ -50,7 +52,7 @@ import json
 from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
@@ -75,14 +77,9 @@ from memstore.errors import (
     InvalidInputError,
     NotFoundError,
 )
-from memstore.formats import message_list
-from memstore.models import (
-    MAX_ID_LENGTH,
-    ContextWindow,
-    Message,
-    WindowReport,
-    _check_json,
-)
+from memstore.formats import message_list, to_anthropic
+from memstore.models import MAX_ID_LENGTH, Message
+from memstore.models.common import _check_json
 from memstore.tokens import (
     TokenCounter,
     count_tool_schemas,
@@ -93,10 +90,18 @@ from memstore.tokens import (
 from memstore.tokens._checked import checked_counter
 from memstore.views import ContextView, RecentTurnsView, TokenLimitedView
 from memstore.views.parts import MAX_VIEW_INT
+from memstore.views.window import ContextWindow, WindowReport
 
-if TYPE_CHECKING:  # pragma: no cover - typing only; the builder never imports a store
-    from memstore.aio import AsyncMemoryStore
-    from memstore.store import MemoryStore
+
+class WindowSource(Protocol):
+    """What a history block needs of a store: its ``window`` method.
+
+    [`MemoryStore`][memstore.MemoryStore] and [`AsyncMemoryStore`][memstore.AsyncMemoryStore] (whose
+    ``window`` is a coroutine) both are one; the builder never imports a store.
+    """
+
+    def window(self, conversation_id: str, view: ContextView, /) -> Any:
+        """The conversation's window through ``view`` (or an awaitable of it)."""
 
 __all__ = [
     "Block",
@@ -143,35 +148,37 @@ class HistoryBlock:
     """A stored conversation as a block's content.
 
     The builder reads it with ``store.window(conversation_id, view)`` (or
-    ``await store.window(...)`` for an :class:`~memstore.aio.AsyncMemoryStore`,
-    under :meth:`ContextBuilder.acompile`):
+    ``await store.window(...)`` for an [`AsyncMemoryStore`][memstore.AsyncMemoryStore],
+    under [`ContextBuilder.acompile()`][memstore.ContextBuilder.acompile]):
 
-    * a budgeted view (default :class:`~memstore.views.TokenLimitedView`; any view
+    * a budgeted view (default [`TokenLimitedView`][memstore.TokenLimitedView]; any view
       with a ``token_limit``) is rebuilt with ``token_limit`` = the budget the block
       actually gets plus the reply priming (the view counts priming, the builder
       charges it once for the whole output) and with the builder's counter, so it
       reads O(window) rows, never the whole history. Its other settings
       (``reserve``, ``tools``, ``start_on_user`` …) are kept. The view does the
       truncation (oldest first); when it leaves messages out for the budget the
-      block did not fit: :class:`Strict` raises, :class:`Drop` drops the block,
-      :class:`TruncateOldest` keeps the window (``keep_turns_atomic`` reads it with
+      block did not fit: [`Strict`][memstore.Strict] raises, [`Drop`][memstore.Drop] drops the
+      block,
+      [`TruncateOldest`][memstore.TruncateOldest] keeps the window (``keep_turns_atomic`` reads it
+      with
       ``start_on_user=True``) and the report labels the block ``"truncated"``.
-      :class:`Summarize` and ``TruncateOldest(protect_roles=...)`` need a
-      count-based view (a :class:`~memstore.errors.ConfigurationError` when the
-      :class:`Block` is made);
+      [`Summarize`][memstore.Summarize] and ``TruncateOldest(protect_roles=...)`` need a
+      count-based view (a `ConfigurationError` when the
+      [`Block`][memstore.Block] is made);
     * when the view's required part (anchored messages and the newest unit) does
       not fit that budget, the view is read again with exactly the budget it needs
-      and the block's strategy decides: :class:`Strict` raises, :class:`Drop`
-      drops, :class:`TruncateOldest` raises
-      :class:`~memstore.errors.ContextBudgetError` (it never drops the question);
+      and the block's strategy decides: [`Strict`][memstore.Strict] raises, [`Drop`][memstore.Drop]
+      drops, [`TruncateOldest`][memstore.TruncateOldest] raises
+      `ContextBudgetError` (it never drops the question);
     * a count-based view (``BufferedView``, ``RecentTurnsView`` …) is applied as it
       is, then the block's strategy trims if needed.
 
     A conversation that is not stored yet is an empty block (skipped).
 
     Args:
-        store: a :class:`~memstore.store.MemoryStore` or
-            :class:`~memstore.aio.AsyncMemoryStore`.
+        store: a [`MemoryStore`][memstore.MemoryStore] or
+            [`AsyncMemoryStore`][memstore.AsyncMemoryStore].
         conversation_id: the conversation to read.
         view: the view to read it through; ``None`` for a ``TokenLimitedView``.
 
@@ -181,7 +188,7 @@ class HistoryBlock:
         InvalidInputError: (a ``ValueError``) an invalid conversation id.
     """
 
-    store: MemoryStore | AsyncMemoryStore
+    store: WindowSource
     conversation_id: str
     view: ContextView | None = None
 
@@ -215,15 +222,17 @@ class Block:
 
     Args:
         id: the block's name (unique in a builder; the report's keys).
-        tier: a :class:`Tier` or any int (lower is served first).
+        tier: a [`Tier`][memstore.Tier] or any int (lower is served first).
         strategy: what to do when the block does not fit (required).
         messages: the block's messages (copied at construction), or
-        history: a :class:`HistoryBlock` — exactly one of the two.
+        history: a [`HistoryBlock`][memstore.HistoryBlock] — exactly one of the two.
         max_tokens: a cap (>= 1): the block gets ``min(max_tokens, remaining)``.
         cache_control: a JSON object (e.g. ``{"type": "ephemeral"}``) stamped on a
             copy of the block's last output message (metadata
-            ``{"memstore": {"cache_control": ...}}``). :meth:`CompiledContext.to_anthropic`
-            puts it on the last content block; :meth:`CompiledContext.to_openai` leaves it
+            ``{"memstore": {"cache_control": ...}}``).
+            [`CompiledContext.to_anthropic()`][memstore.CompiledContext.to_anthropic]
+            puts it on the last content block;
+            [`CompiledContext.to_openai()`][memstore.CompiledContext.to_openai] leaves it
             out unless asked (``cache_control=True``) for an Anthropic-compatible
             gateway. Not interpreted otherwise.
 
@@ -232,7 +241,7 @@ class Block:
             ``messages``/``history``, a ``max_tokens`` <= 0, a non-int tier, a
             non-Message in ``messages``, a ``cache_control`` that is not a JSON object,
             or a history block whose budgeted view cannot serve its strategy
-            (:class:`Summarize`, ``TruncateOldest(protect_roles=...)``, or
+            ([`Summarize`][memstore.Summarize], ``TruncateOldest(protect_roles=...)``, or
             ``TruncateOldest(keep_turns_atomic=True)`` with a view that has no
             ``start_on_user``).
     """
@@ -394,7 +403,7 @@ class CompiledContext(BaseModel):
             messages in their order.
         token_count: ``counter.count_messages(messages)`` (reply priming included).
         max_tokens: the builder's budget.
-        report: the :class:`CompileReport`.
+        report: the [`CompileReport`][memstore.CompileReport].
     """
 
     model_config = _REPORT
@@ -442,11 +451,9 @@ class CompiledContext(BaseModel):
         """Return ``{"system": [...], "messages": [...]}`` for the Anthropic Messages API.
 
         A block's ``cache_control`` lands on the last content block of its last
-        message. See :func:`memstore.formats.to_anthropic`.
+        message. See `memstore.formats.to_anthropic()`.
         """
-        from memstore import formats
-
-        return formats.to_anthropic(self.messages)
+        return to_anthropic(self.messages)
 
     def __len__(self) -> int:
         return len(self.messages)
@@ -488,7 +495,7 @@ class _ReadWindow:
                 f"block {self.block_id!r}'s store returned an awaitable; use "
                 "`await builder.acompile()`"
             )
-        return result
+        return cast(ContextWindow, result)
 
     async def run_async(self) -> ContextWindow | None:
         try:
@@ -541,7 +548,7 @@ class ContextBuilder:
         max_tokens: the budget (an int from 1 to 2**53 - 1, the views' limit, and at
             least the counter's priming).
         counter: the token counter; defaults to the offline cl100k
-            :class:`~memstore.tokens.TiktokenCounter`.
+            [`TiktokenCounter`][memstore.TiktokenCounter].
 
     Raises:
         ConfigurationError: (a ``ValueError``) ``max_tokens`` <= 0, above 2**53 - 1 or
@@ -597,7 +604,7 @@ class ContextBuilder:
         """Add a block; returns the builder so calls chain.
 
         Raises:
-            ConfigurationError: (a ``ValueError``) not a :class:`Block`, or a block with
+            ConfigurationError: (a ``ValueError``) not a [`Block`][memstore.Block], or a block with
                 this id is already added.
         """
         if not isinstance(block, Block):
@@ -627,13 +634,14 @@ class ContextBuilder:
         """Compile the blocks into one context.
 
         Raises:
-            ContextBudgetError: a :class:`Strict` block does not fit (for a history
+            ContextBudgetError: a [`Strict`][memstore.Strict] block does not fit (for a history
                 block: its budgeted view left messages out), protected messages (in a
                 history block: with the newest unit, or with ``keep_turns_atomic`` its
-                whole turn) do not fit a :class:`TruncateOldest` or :class:`Summarize`
+                whole turn) do not fit a [`TruncateOldest`][memstore.TruncateOldest] or
+                [`Summarize`][memstore.Summarize]
                 block, or a custom strategy exceeded the block's budget.
             ConfigurationError: a history block reads an ``AsyncMemoryStore``, a
-                summarizer is async (use :meth:`acompile`), a custom strategy split
+                summarizer is async (use `acompile()`), a custom strategy split
                 a tool unit, or the counter returned a count that is not an int >= 0.
             InvalidInputError: a summarizer returned an empty summary, or one that
                 ``store.summarize`` would refuse (a NUL character, ...).
@@ -655,7 +663,7 @@ class ContextBuilder:
     async def acompile(self) -> CompiledContext:
         """Compile, awaiting async history stores and async summarizers.
 
-        Works with sync stores and summarizers too. Raises as :meth:`compile`.
+        Works with sync stores and summarizers too. Raises as `compile()`.
         """
         steps = self._steps()
         value: Any = None

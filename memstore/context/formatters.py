@@ -1,7 +1,7 @@
 r"""Formatters: inject facts or retrieved documents into a system message.
 
 A formatter is any callable that turns a list of item texts into one string.
-:func:`inject_into_system` appends that string to a system (or developer)
+[`inject_into_system()`][memstore.inject_into_system] appends that string to a system (or developer)
 message as one more text part, so a context builder can fold short, always-wanted
 items (facts, a user profile, retrieved snippets) into the system block instead of
 sending them as separate messages::
@@ -41,7 +41,7 @@ __all__ = [
 #: A formatter turns item texts into the text appended to the system message.
 Formatter = Callable[[Sequence[str]], str]
 
-#: What :func:`inject_into_system` accepts as an item: a string, or a message
+#: What `inject_into_system()` accepts as an item: a string, or a message
 #: (its text parts are used).
 Item = str | Message
 
@@ -161,13 +161,14 @@ def inject_into_system(
     score, pinned flag and every text part of ``system_message``; the formatted items
     are appended as one more text part (preceded by a newline when the message
     already has text). It carries no ``id``: it is a different message from the one
-    given (and never a :class:`~memstore.models.StoredMessage`, whose stored token
+    given (and never a [`StoredMessage`][memstore.StoredMessage], whose stored token
     count would no longer be right). With no items the message is returned unchanged.
 
     Args:
         system_message: a ``system`` or ``developer`` message.
-        formatter: turns the item texts into one string, e.g. :class:`XMLFormatter`
-            or :class:`MarkdownListFormatter`.
+        formatter: turns the item texts into one string, e.g.
+            [`XMLFormatter`][memstore.XMLFormatter]
+            or [`MarkdownListFormatter`][memstore.MarkdownListFormatter].
         items: strings, or messages whose text parts are used.
 
     Returns:

@@ -1,13 +1,15 @@
 """Eviction strategies: what a block does when it does not fit its budget.
 
-Built in: :class:`Strict` (raise), :class:`Drop` (leave the block out),
-:class:`TruncateOldest` (remove the oldest units) and :class:`Summarize` (replace the
-block by a summary). A custom strategy subclasses :class:`Strategy` and implements
-:meth:`Strategy.apply`. :class:`~memstore.context.builder.ContextBuilder` applies a block's
+Built in: [`Strict`][memstore.Strict] (raise), [`Drop`][memstore.Drop] (leave the block out),
+[`TruncateOldest`][memstore.TruncateOldest] (remove the oldest units) and
+[`Summarize`][memstore.Summarize] (replace the
+block by a summary). A custom strategy subclasses [`Strategy`][memstore.Strategy] and implements
+[`Strategy.apply()`][memstore.Strategy.apply]. [`ContextBuilder`][memstore.ContextBuilder] applies a
+block's
 strategy only when the block does not fit, and checks what it returns.
 
 Units: an assistant message with ``tool_calls`` and the ``tool`` messages right
-after it form one unit (the run rule of :mod:`memstore.views.units`); no strategy here
+after it form one unit (the run rule of `memstore.views.units`); no strategy here
 ever splits one. Pure: no I/O (a summarizer may do I/O; the builder calls it).
 """
 
@@ -44,7 +46,7 @@ __all__ = [
 
 #: A summarizer: called with a block's messages, returns the summary text (which
 #: becomes a ``system`` message) or a message. May be ``async`` (then only
-#: :meth:`~memstore.context.builder.ContextBuilder.acompile` can call it).
+#: [`acompile()`][memstore.ContextBuilder.acompile] can call it).
 Summarizer = Callable[[list[Message]], str | Message | Awaitable[str | Message]]
 
 
@@ -57,7 +59,7 @@ def units_of(messages: Sequence[Message]) -> list[tuple[int, int]]:
     An assistant message with ``tool_calls`` and every ``tool`` message right after
     it form one unit (a whole run: a stray result inside the run stays with it);
     every other message is a unit of its own. A superset of
-    :func:`memstore.views.units.group_units`' grouping, so it never splits one of its units.
+    `memstore.views.units.group_units()`' grouping, so it never splits one of its units.
     """
     out: list[tuple[int, int]] = []
     i, n = 0, len(messages)
@@ -132,15 +134,16 @@ def newest_unit(messages: Sequence[Message]) -> tuple[int, int] | None:
 class Strategy(abc.ABC):
     """What a block does when it does not fit its budget.
 
-    Built in: :class:`Strict`, :class:`Drop`, :class:`TruncateOldest`,
-    :class:`Summarize`. A custom strategy subclasses this class and implements
-    :meth:`apply`; the builder recounts its output, raises
-    :class:`~memstore.errors.ContextBudgetError` when it overruns the block's budget,
-    refuses output that splits a tool unit (:class:`~memstore.errors.ConfigurationError`),
+    Built in: [`Strict`][memstore.Strict], [`Drop`][memstore.Drop],
+    [`TruncateOldest`][memstore.TruncateOldest],
+    [`Summarize`][memstore.Summarize]. A custom strategy subclasses this class and implements
+    `apply()`; the builder recounts its output, raises
+    `ContextBudgetError` when it overruns the block's budget,
+    refuses output that splits a tool unit (`ConfigurationError`),
     and reports the block as ``"evicted"``.
     """
 
-    #: The eviction label in :attr:`CompileReport.evictions`.
+    #: The eviction label in [`CompileReport.evictions`][memstore.CompileReport.evictions].
     label: ClassVar[str] = "evicted"
 
     @abc.abstractmethod
@@ -167,8 +170,9 @@ class Strategy(abc.ABC):
         """The builder's entry point (a generator so that a step may await).
 
         ``newest``: for a history block, the index range of its newest unit that
-        holds no anchored message (the turn being answered, :func:`newest_unit`),
-        which :class:`TruncateOldest` and :class:`Summarize` keep as they keep
+        holds no anchored message (the turn being answered, `newest_unit()`),
+        which [`TruncateOldest`][memstore.TruncateOldest] and [`Summarize`][memstore.Summarize] keep
+        as they keep
         anchored messages. Custom strategies decide for themselves.
         """
         return (yield from _no_requests(self.apply(list(messages), sum(counts), limit, counter)))
@@ -188,7 +192,7 @@ def _budget_error(block_id: str, tokens: int, limit: int) -> ContextBudgetError:
 
 @dataclass(frozen=True)
 class Strict(Strategy):
-    """The block must fit: raise :class:`~memstore.errors.ContextBudgetError` otherwise.
+    """The block must fit: raise `ContextBudgetError` otherwise.
 
     The error names the block, its tokens (``required``) and its budget (``budget``).
     For system prompts and rules that must never be cut.
@@ -198,7 +202,7 @@ class Strict(Strategy):
 
     def apply(self, messages: list[Message], tokens: int, limit: int,
               counter: TokenCounter) -> list[Message]:
-        """Raise :class:`~memstore.errors.ContextBudgetError` (called only on overflow)."""
+        """Raise `ContextBudgetError` (called only on overflow)."""
         raise _budget_error("<block>", tokens, limit)
 
     def _evict(
@@ -217,7 +221,7 @@ class Drop(Strategy):
     is optional, and the blocks it suits are often system messages (documents a
     formatter injects into a system message, a scratchpad). A stored system prompt
     or pinned message that must survive belongs in a block with another strategy
-    (:class:`TruncateOldest` and :class:`Summarize` keep them).
+    ([`TruncateOldest`][memstore.TruncateOldest] and [`Summarize`][memstore.Summarize] keep them).
     """
 
     label: ClassVar[str] = "dropped"
@@ -242,12 +246,12 @@ class TruncateOldest(Strategy):
     * ``system``, ``developer`` and pinned messages are never removed; roles in
       ``protect_roles`` are added to them. A unit holding a protected message is
       protected whole (removing a turn removes its unprotected units only). In a
-      history block (:class:`~memstore.context.builder.HistoryBlock`) the newest unit that
+      history block ([`HistoryBlock`][memstore.HistoryBlock]) the newest unit that
       holds no anchored message (the turn being answered, as every view keeps it)
       is protected too; with ``keep_turns_atomic``, so is the whole turn holding it
       (its user message and everything after it).
     * If only protected messages are left and they still do not fit:
-      :class:`~memstore.errors.ContextBudgetError` naming the block (protected
+      `ContextBudgetError` naming the block (protected
       messages never vanish silently; this wins over ``min_messages``).
     * Otherwise, if fewer than ``min_messages`` messages would remain, every
       unprotected message is removed and the protected ones stay; the block is
@@ -261,7 +265,7 @@ class TruncateOldest(Strategy):
     ``"truncated"`` when the view left messages out; ``keep_turns_atomic`` reads the
     view with ``start_on_user=True``, ``min_messages`` applies as above, and
     ``protect_roles`` needs a count-based view (a
-    :class:`~memstore.errors.ConfigurationError` when the block is made).
+    `ConfigurationError` when the block is made).
 
     Args:
         keep_turns_atomic: remove whole user turns.
@@ -391,25 +395,25 @@ class Summarize(Strategy):
     anchored whole), and in a history block its newest unit that holds no anchored
     message, are never removed: they stay, in their order, and the summarizer is
     called once with the block's other messages. A ``str`` result becomes a
-    ``system`` message; a :class:`~memstore.models.Message` is used as it is. The
+    ``system`` message; a [`Message`][memstore.Message] is used as it is. The
     summary is checked as ``store.summarize`` checks it: an empty or whitespace-only
     text, a NUL character or a surrogate code point is an
-    :class:`~memstore.errors.InvalidInputError` naming the block. It takes the place
+    `InvalidInputError` naming the block. It takes the place
     of the first message it stands for. If the
     anchored messages and the summary fit the block's budget they replace the block;
     otherwise the summary is left out too, and the block is the anchored messages
     alone (dropped when it has none: still labelled ``"summarized"``, its id in
     ``blocks_dropped``). Anchored messages that do not fit on their own are a
-    :class:`~memstore.errors.ContextBudgetError` naming the block, and a block of
+    `ContextBudgetError` naming the block, and a block of
     anchored messages only is not summarized. The summarizer's errors propagate
     unchanged. An ``async`` summarizer works only under
-    :meth:`~memstore.context.builder.ContextBuilder.acompile`.
+    [`acompile()`][memstore.ContextBuilder.acompile].
 
     A history block read through a budgeted view (the default) cannot use it: the
-    :class:`~memstore.context.builder.Block` refuses it with a
-    :class:`~memstore.errors.ConfigurationError`, since summarizing what the view
+    [`Block`][memstore.Block] refuses it with a
+    `ConfigurationError`, since summarizing what the view
     leaves out would re-read and re-summarize the whole history on every compile.
-    ``store.summarize`` with a :class:`~memstore.views.summary.SummaryView` keeps a
+    ``store.summarize`` with a [`SummaryView`][memstore.SummaryView] keeps a
     persistent summary in O(window); a count-based view works with ``Summarize``.
 
     Args:
@@ -493,7 +497,7 @@ def _summary_message(result: object, block_id: str) -> Message:
     """The summarizer's result as a message, checked as ``store.summarize`` checks it.
 
     Raises:
-        ConfigurationError: not a ``str`` or a :class:`~memstore.models.Message`.
+        ConfigurationError: not a ``str`` or a [`Message`][memstore.Message].
         InvalidInputError: an empty or whitespace-only summary, or one holding a NUL
             character or a surrogate code point, or one over the record size limit
             (the rules of ``store.summarize``).
@@ -512,9 +516,10 @@ def _summary_message(result: object, block_id: str) -> Message:
 
 
 def summary_text(output: Any) -> str:
-    """The text of a summarizer's result (a ``str`` or a :class:`Message`), checked.
+    """The text of a summarizer's result (a ``str`` or a [`Message`][memstore.Message]), checked.
 
-    The rules of ``store.summarize`` and of the :class:`Summarize` strategy: not empty
+    The rules of ``store.summarize`` and of the [`Summarize`][memstore.Summarize] strategy: not
+    empty
     or whitespace only, no NUL or surrogate, within the record size limit.
 
     Raises:

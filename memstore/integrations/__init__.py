@@ -9,6 +9,7 @@ Each adapter lives in its own module and imports its framework only there, so
 * ``memstore.integrations.openai_agents.MemstoreSession`` (``memstore[openai-agents]``)
 
 Every adapter takes the conversation id first and the store second (a
-:class:`~memstore.MemoryStore` or an :class:`~memstore.AsyncMemoryStore`), plus an
+[`MemoryStore`][memstore.MemoryStore] or an [`AsyncMemoryStore`][memstore.AsyncMemoryStore]), plus
+an
 optional ``view=`` deciding what the framework is given.
 """

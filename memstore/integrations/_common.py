@@ -15,7 +15,7 @@ for the turn in progress: the newest messages are read first, the pending turn i
 counted with the view's counter (its own ``counter``, else the store's), and the
 window is taken with ``reserve`` raised by that count, so the history returned
 satisfies ``counter.count_messages(history) + reserve + tool schemas <= token_limit``.
-When the pending turn alone cannot fit, :class:`~memstore.errors.ContextBudgetError`
+When the pending turn alone cannot fit, `ContextBudgetError`
 is raised with ``required`` and ``budget``, as views do. Other views give the window
 and then the turn in progress, as they always did.
 
@@ -195,7 +195,7 @@ def _assemble(window: Sequence[StoredMessage | Message],
     return [*kept, *tail]
 
 
-#: What :func:`_history_steps` asks its driver for: an int is that many newest messages
+#: What `_history_steps()` asks its driver for: an int is that many newest messages
 #: (newest first), a view is that view's window (its messages).
 _Request = int | ContextView
 
@@ -287,7 +287,7 @@ def read_history_sync(store: MemoryStore, conversation_id: str,
                       view: ContextView) -> list[StoredMessage | Message]:
     """The window of ``view`` plus the turn in progress; ``[]`` for an unknown conversation.
 
-    :func:`read_history` run without an event loop: a MemoryStore's reads never
+    `read_history()` run without an event loop: a MemoryStore's reads never
     suspend, so its coroutine finishes at the first step.
 
     Raises:
@@ -305,7 +305,7 @@ def read_history_sync(store: MemoryStore, conversation_id: str,
 
 async def _read(store: AnyStore, conversation_id: str,
                 request: _Request) -> Sequence[StoredMessage | Message]:
-    """One read :func:`_history_steps` asks for (a MemoryStore's returns without suspending)."""
+    """One read `_history_steps()` asks for (a MemoryStore's returns without suspending)."""
     if isinstance(request, int):
         newest = store.messages(conversation_id, limit=request, newest_first=True)
         return await newest if inspect.isawaitable(newest) else newest
@@ -315,7 +315,7 @@ async def _read(store: AnyStore, conversation_id: str,
 
 async def read_history(store: AnyStore, conversation_id: str,
                        view: ContextView) -> list[StoredMessage | Message]:
-    """:func:`read_history_sync` for either store (awaits an AsyncMemoryStore)."""
+    """`read_history_sync()` for either store (awaits an AsyncMemoryStore)."""
     steps = _history_steps(view, view.resolve_counter(store.counter))
     try:
         request = next(steps)

@@ -1,6 +1,6 @@
 """memstore as autogen's model context: persistent, token-budgeted, declarable.
 
-:class:`MemstoreChatCompletionContext` is an
+`MemstoreChatCompletionContext` is an
 ``autogen_core.model_context.ChatCompletionContext`` and an autogen ``Component``:
 give it to an ``AssistantAgent(model_context=...)`` and the agent's conversation is
 stored in SQLite or PostgreSQL, survives restarts, and is read back through any
@@ -9,7 +9,7 @@ fits a token budget and never splits a tool call from its results).
 
 Install with ``pip install 'memstore[autogen]'`` (autogen-core 0.7).
 
-Mapping (lossless both ways; :func:`to_memstore` / :func:`from_memstore`):
+Mapping (lossless both ways; `to_memstore()` / `from_memstore()`):
 
 * ``SystemMessage`` ↔ a ``system`` message (a stored ``developer`` message reads
   back as a ``SystemMessage`` too). One added to a conversation that already has a
@@ -33,7 +33,8 @@ Mapping (lossless both ways; :func:`to_memstore` / :func:`from_memstore`):
 What memstore has no field for (an empty ``source``, a thought, the result
 grouping) lives under ``metadata["autogen"]``.
 
-Stores: a :class:`~memstore.MemoryStore` or an :class:`~memstore.AsyncMemoryStore`.
+Stores: a [`MemoryStore`][memstore.MemoryStore] or an
+[`AsyncMemoryStore`][memstore.AsyncMemoryStore].
 autogen's methods are coroutines; a sync store is called directly from them (a
 memstore call is one short transaction), so use an ``AsyncMemoryStore`` when a
 slow database must not hold up the event loop.
@@ -136,7 +137,7 @@ def to_memstore(message: LLMMessage, *, anchor: bool = True) -> list[Message]:
             (anchored: every view keeps it); ``False`` as a non-anchored ``assistant``
             message marked ``metadata["autogen"]["system"]``, which views window like
             any other message and which reads back as the same ``SystemMessage``
-            (what :class:`MemstoreChatCompletionContext` does with a system message
+            (what `MemstoreChatCompletionContext` does with a system message
             added after the conversation's first non-system message, such as the
             one an autogen ``Memory`` injects every run).
 
@@ -281,7 +282,7 @@ def from_memstore(messages: Iterable[Message]) -> list[LLMMessage]:
 
 
 def _page(conversation_id: str, start: int | None, store: AnyStore) -> Any:
-    """The first :data:`_PAGE` messages from ``start`` (awaitable for an async store)."""
+    """The first `_PAGE` messages from ``start`` (awaitable for an async store)."""
     return store.messages(conversation_id, start=start, limit=_PAGE)
 
 
@@ -289,7 +290,7 @@ def _page(conversation_id: str, start: int | None, store: AnyStore) -> Any:
 
 
 class MemstoreChatCompletionContextConfig(BaseModel):
-    """The declarative configuration of :class:`MemstoreChatCompletionContext`.
+    """The declarative configuration of `MemstoreChatCompletionContext`.
 
     Attributes:
         url: the database URL, without a password (configs are written to files and
@@ -299,8 +300,8 @@ class MemstoreChatCompletionContextConfig(BaseModel):
         view: the view configuration (``view.to_config()``); ``None``: every
             complete unit.
         counter: the store's token counter name.
-        async_store: open an :class:`~memstore.AsyncMemoryStore` (else a
-            :class:`~memstore.MemoryStore`).
+        async_store: open an [`AsyncMemoryStore`][memstore.AsyncMemoryStore] (else a
+            [`MemoryStore`][memstore.MemoryStore]).
     """
 
     url: str
@@ -322,7 +323,7 @@ class MemstoreChatCompletionContext(ChatCompletionContext,
     turn in progress (its window gets that much less), so the whole history fits its
     ``token_limit``. A conversation that was never written is ``[]``.
 
-    ``save_state`` returns memstore's :class:`~memstore.ConversationState` as a
+    ``save_state`` returns memstore's [`ConversationState`][memstore.ConversationState] as a
     JSON-compatible dict (under ``"memstore_state"``), so the state moves between
     databases; ``load_state`` replaces the conversation with it. ``clear`` deletes
     the conversation's messages.
@@ -331,7 +332,7 @@ class MemstoreChatCompletionContext(ChatCompletionContext,
     conversation id, the view configuration and the store's counter;
     ``load_component()`` opens a new store on that URL (the password comes from
     ``PGPASSWORD``, ``~/.pgpass`` or a URL put into the config) and gives a context with
-    the same behaviour; that context owns its store, which :meth:`close` closes.
+    the same behaviour; that context owns its store, which `close()` closes.
 
     Args:
         conversation_id: the memstore conversation id.
@@ -379,7 +380,7 @@ class MemstoreChatCompletionContext(ChatCompletionContext,
         A ``SystemMessage`` added while the conversation holds only system messages
         (or nothing) is a ``system`` message, kept by every view. One added later —
         an autogen ``Memory`` (``ListMemory``, ...) injects one every run — is stored
-        non-anchored (see :func:`to_memstore`), so views window it like the rest of
+        non-anchored (see `to_memstore()`), so views window it like the rest of
         the history instead of keeping every injection forever; it reads back as the
         same ``SystemMessage``, in its place.
         """
@@ -445,7 +446,7 @@ class MemstoreChatCompletionContext(ChatCompletionContext,
         return {"memstore_state": json.loads(state.to_json())}
 
     async def load_state(self, state: Mapping[str, Any]) -> None:
-        """Replace the conversation with a state from :meth:`save_state`.
+        """Replace the conversation with a state from `save_state()`.
 
         Raises:
             InvalidInputError: ``state`` holds no memstore state.

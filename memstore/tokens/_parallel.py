@@ -6,7 +6,7 @@ import) finishes sooner when its halves are encoded at once. The Python around e
 encode still holds the GIL: two threads cut the time by about a third, not a half.
 
 The pool is shared by the process and made on first use. Work is handed to it only
-when the batch is large enough to pay for the hand-off (:data:`PARALLEL_MIN_CHARS`).
+when the batch is large enough to pay for the hand-off (`PARALLEL_MIN_CHARS`).
 A chunk whose task has not started by the time the calling thread has counted its own
 chunk (the pool is busy with other callers) is taken back and counted on the calling
 thread, so a caller never queues behind other callers' batches. It does wait for a

@@ -1,4 +1,4 @@
-"""Simple counters: :class:`FixedCounter` (arithmetic) and :class:`ApproxCounter` (a ratio)."""
+"""Simple counters: `FixedCounter` (arithmetic) and `ApproxCounter` (a ratio)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ class FixedCounter(BaseTokenCounter):
 
     Raises:
         ConfigurationError: a parameter is not an int in ``[0, 2**31 - 1]``
-            (:class:`~memstore.errors.ConfigurationError` is a ``ValueError``).
+            (`ConfigurationError` is a ``ValueError``).
     """
 
     def __init__(
@@ -105,7 +105,7 @@ class ApproxCounter(BaseTokenCounter):
     The role is covered by the fixed 3. ``priming`` is 3, as for OpenAI models.
     ``count_tools`` is ``ceil(len(json.dumps(tools)) / chars_per_token)``.
 
-    ``images`` is what :class:`~memstore.tokens.TiktokenCounter` charges by default:
+    ``images`` is what [`TiktokenCounter`][memstore.TiktokenCounter] charges by default:
     OpenAI's GPT-4o price, which depends on the image, not on a tokenizer. 85 for
     ``detail="low"``; otherwise 85 + 170 per 512px tile when the size can be read from
     a base64 ``data:`` URI, and 1445 (the most the rule allows) when it cannot (a
@@ -120,7 +120,7 @@ class ApproxCounter(BaseTokenCounter):
 
     Raises:
         ConfigurationError: ``chars_per_token`` is not a finite number > 0
-            (:class:`~memstore.errors.ConfigurationError` is a ``ValueError``).
+            (`ConfigurationError` is a ``ValueError``).
     """
 
     tokens_per_message = 3
@@ -190,7 +190,7 @@ class ApproxCounter(BaseTokenCounter):
         return self.tokens_per_message + self._tokens(chars) + images
 
     def count_text(self, text: str) -> int:
-        """``ceil(len(text) / chars_per_token)``: the hook :meth:`count_tools` uses.
+        """``ceil(len(text) / chars_per_token)``: the hook `count_tools()` uses.
 
         ``count_tools(tools)`` is therefore ``ceil(len(json.dumps(tools)) /
         chars_per_token)`` (non-ASCII kept), 0 for no tools.

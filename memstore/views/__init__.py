@@ -1,10 +1,10 @@
 """Context views: token- or size-limited windows over one conversation (pure: no SQL).
 
-The view classes live in :mod:`memstore.views.builtin` (their shared checks and the
-report ledger in :mod:`memstore.views.parts`), tool-call units in
-:mod:`memstore.views.units`, the read protocol a view pulls from in
-:mod:`memstore.views.history`, and :class:`SummaryView` in :mod:`memstore.views.summary`.
-Nothing here imports SQLAlchemy, a store or :mod:`memstore._db`.
+The view classes live in `memstore.views.builtin` (their shared checks and the
+report ledger in `memstore.views.parts`), tool-call units in
+`memstore.views.units`, the read protocol a view pulls from in
+`memstore.views.history`, and [`SummaryView`][memstore.SummaryView] in `memstore.views.summary`.
+Nothing here imports SQLAlchemy, a store or `memstore._db`.
 """
 
 from memstore.views.base import ContextView, checked_window

@@ -12,10 +12,11 @@ from pydantic import JsonValue
 
 from memstore._validate import MAX_JSON_FLOAT
 from memstore.errors import ConfigurationError
-from memstore.models import ContextWindow, StoredMessage
+from memstore.models import StoredMessage
 from memstore.tokens import TokenCounter, validate_counter
 from memstore.tokens._checked import checked_counter
 from memstore.views.history import HistorySource, ListHistory
+from memstore.views.window import ContextWindow
 
 __all__ = ["ContextView", "checked_window"]
 
@@ -24,8 +25,8 @@ __all__ = ["ContextView", "checked_window"]
 class ContextView(abc.ABC):
     """Base class of the context views: a frozen configuration with a pure selection.
 
-    Subclasses implement :meth:`select`. :meth:`to_config` and
-    :func:`view_from_config` round-trip any view through JSON.
+    Subclasses implement `select()`. `to_config()` and
+    [`view_from_config()`][memstore.view_from_config] round-trip any view through JSON.
 
     Attributes:
         budgeted: ``True`` for views with a ``token_limit`` (class attribute).
@@ -53,7 +54,7 @@ class ContextView(abc.ABC):
         Raises:
             ConfigurationError: ``counter`` does not implement the TokenCounter protocol.
             InvalidInputError: ``messages`` are not stored messages of one conversation
-                with contiguous seqs (see :class:`~memstore.views.history.ListHistory`).
+                with contiguous seqs (see [`ListHistory`][memstore.ListHistory]).
         """
         return checked_window(self, self.select(ListHistory(messages),
                                                 checked_counter(validate_counter(counter))))
@@ -62,7 +63,7 @@ class ContextView(abc.ABC):
         """The counter this view uses: its own ``counter`` if it names one, else ``default``.
 
         A custom counter of the view's own is wrapped so that each count it returns is
-        checked (an int >= 0, else :class:`~memstore.errors.ConfigurationError`): it
+        checked (an int >= 0, else `ConfigurationError`): it
         counts at window time, where nothing else checks it.
         """
         own = getattr(self, "counter", None)

@@ -2,17 +2,17 @@
 
 A view is a small frozen configuration object with a pure selection algorithm. It
 runs no SQL and does no I/O of its own: it pulls what it needs from a
-:class:`~memstore.views.history.HistorySource` (the store implements one with indexed
-range queries, :class:`~memstore.views.history.ListHistory` wraps a list), newest-first
+[`HistorySource`][memstore.HistorySource] (the store implements one with indexed
+range queries, [`ListHistory`][memstore.ListHistory] wraps a list), newest-first
 and page by page, and stops as soon as older messages cannot change its result.
 Reading a window never writes.
 
 Rules shared by every view:
 
-* **Units.** Messages are kept or dropped in units (see :mod:`memstore.views.units`):
+* **Units.** Messages are kept or dropped in units (see `memstore.views.units`):
   an assistant tool call and the results answering it are one unit. Incomplete
   units (an unanswered or partially answered call, an orphan tool result) are
-  left out of every view, :class:`UnboundedView` included, and reported with
+  left out of every view, [`UnboundedView`][memstore.UnboundedView] included, and reported with
   reason ``"incomplete_unit"`` — even when pinned.
 * **Anchored messages** (system, developer, pinned, and every message of a
   complete unit holding one) are kept by every view in their chronological
@@ -22,16 +22,16 @@ Rules shared by every view:
   anchored one is kept anyway) — is always kept. Budgeted views reserve it right
   after the anchored messages; when the two (plus reply priming, ``reserve`` and
   tool schemas) exceed ``token_limit`` the view raises
-  :class:`~memstore.errors.ContextBudgetError` with ``required`` and ``budget``.
+  `ContextBudgetError` with ``required`` and ``budget``.
 * **Budget.** A budgeted window satisfies
   ``sum(message_tokens) + priming + reserve + tool schema tokens <= token_limit``,
   i.e. ``counter.count_messages(window) + reserve + tools <= token_limit``; the
   priming is the counter's ``priming`` or ``count_messages([])``
-  (:func:`~memstore.tokens.counter_priming`), the schemas are counted by the
-  counter's ``count_tools`` (:func:`~memstore.tokens.count_tool_schemas`: a counter
+  (`counter_priming()`), the schemas are counted by the
+  counter's ``count_tools`` (`count_tool_schemas()`: a counter
   without it cannot serve a view given ``tools=``). Per-message counts come from
   the stored count when it was produced by the same counter
-  (:func:`~memstore.tokens.message_tokens`); the history is never recounted as a
+  (`message_tokens()`); the history is never recounted as a
   whole.
 * **Output** is chronological by seq and deterministic (ties break on seq, newer
   first). An empty conversation, or one holding only incomplete units, gives an
@@ -53,11 +53,7 @@ from typing import Any, ClassVar, Literal
 
 from memstore._validate import MAX_SEQ, text_problem
 from memstore.errors import ConfigurationError, InvalidInputError, MemstoreError
-from memstore.models import (
-    ContextWindow,
-    Message,
-    StoredMessage,
-)
+from memstore.models import Message, StoredMessage
 from memstore.tokens import (
     TokenCounter,
     count_tool_schemas,
@@ -89,6 +85,7 @@ from memstore.views.units import (
     Unit,
     group_units,
 )
+from memstore.views.window import ContextWindow
 
 __all__ = [
     "DEFAULT_PLACEHOLDER_TEMPLATE",
@@ -199,7 +196,7 @@ class HeadAndTailView(ContextView):
     the first tail unit that the window does not hold: units neither walk took and
     incomplete units alike. Whenever N > 0 — also when the walks meet but an
     incomplete unit (say, a tool call whose results are not stored) lies between
-    them — the window holds one plain :class:`~memstore.models.Message` (not
+    them — the window holds one plain [`Message`][memstore.Message] (not
     stored, no seq) right after the head, before the first left-out message (so
     anchored messages of the gap that precede it stay before the placeholder, the
     others follow it): role ``placeholder_role``, text ``placeholder_template``
@@ -330,7 +327,7 @@ class TokenLimitedView(ContextView):
     """Anchored messages, then the newest units that fit a token budget (a suffix).
 
     Rule: charge the anchored messages, then the newest unit (raise
-    :class:`~memstore.errors.ContextBudgetError` if they do not fit), then walk units
+    `ContextBudgetError` if they do not fit), then walk units
     back from the newest and stop at the first that does not fit: the kept units are
     a contiguous suffix of the history (incomplete units aside). With
     ``start_on_user``, units are then dropped from the old end until the suffix
@@ -455,7 +452,7 @@ class _Decay:
 
         Decay never increases along the newest-first walk (positions grow; ages are
         running maxima), so ``max_score * decay(next)`` bounds everything older.
-        When :class:`~memstore.views.units.BackwardUnits` yields a candidate, every message
+        When `BackwardUnits` yields a candidate, every message
         it has consumed belongs to a unit already yielded or to an orphan, so this
         bounds every candidate not yet yielded too.
         """
@@ -475,7 +472,7 @@ class ScoreBasedView(ContextView):
     """Anchored messages, the newest unit, then other units greedily by decayed score.
 
     Rule: charge the anchored messages and the newest unit (raise
-    :class:`~memstore.errors.ContextBudgetError` if they do not fit). Every other
+    `ContextBudgetError` if they do not fit). Every other
     complete unit scores the maximum of its messages' effective scores; units are
     taken highest first (ties: newer first); a unit that does not fit is skipped
     and the walk goes on; output is chronological. Omitted reason: ``"score"``.
@@ -718,7 +715,7 @@ _VIEW_CLASSES: dict[str, type[ContextView]] = {
 def view_from_config(
     config: Mapping[str, Any], *, counters: Iterable[TokenCounter] = ()
 ) -> ContextView:
-    """Rebuild a view from :meth:`ContextView.to_config` output.
+    """Rebuild a view from [`ContextView.to_config()`][memstore.ContextView.to_config] output.
 
     A counter is saved by its name. It is rebuilt as the counter of ``counters``
     with that name when there is one (how a custom counter comes back), else with

@@ -1,9 +1,9 @@
 """The read interface views select from: one conversation's stored history.
 
 Views are pure: they never run SQL. They pull what they need from a
-:class:`HistorySource`, newest-first and page by page, and stop as soon as older
+[`HistorySource`][memstore.HistorySource], newest-first and page by page, and stop as soon as older
 messages can no longer change their result. The store implements the protocol
-with indexed range queries on ``(conversation_id, seq)``; :class:`ListHistory`
+with indexed range queries on ``(conversation_id, seq)``; [`ListHistory`][memstore.ListHistory]
 implements it over a list (tests, and windows over messages that are not stored).
 
 Seqs of one conversation are contiguous: every seq in ``[first_seq, last_seq]``
@@ -38,8 +38,8 @@ class HistorySource(Protocol):
     messages lazily offers ``stream_newest_first(before, floor, first_page, max_page)``,
     an iterator of the messages with ``floor <= seq < before``, newest first, counting
     in ``rows_read`` each message as it is taken;
-    :class:`~memstore.views.units.ReverseReader` then reads through it instead of
-    :meth:`read_newest_first` (the store reads pages of rows as the reader would ask for
+    `ReverseReader` then reads through it instead of
+    `read_newest_first()` (the store reads pages of rows as the reader would ask for
     them and decodes a row only when it is taken).
     """
 
@@ -164,17 +164,17 @@ def _check_items(items: object, kind: type, what: str, expected: str) -> None:
 
 
 class ListHistory(SourceBase):
-    """A :class:`HistorySource` over an in-memory list of stored messages.
+    """A [`HistorySource`][memstore.HistorySource] over an in-memory list of stored messages.
 
     Args:
         messages: one conversation's messages with contiguous seqs, in any order.
         summaries: the conversation's stored summaries (any order); the newest one
-            ending at or before the newest message is :meth:`latest_summary`.
+            ending at or before the newest message is `latest_summary()`.
 
     Raises:
         InvalidInputError: the messages are not stored messages (a plain ``Message``
             has no seq: read them from a store, or build a window with
-            ``ContextBuilder``), the summaries are not :class:`Summary` objects, the
+            ``ContextBuilder``), the summaries are not [`Summary`][memstore.Summary] objects, the
             messages and summaries mix conversations, or the seqs are not contiguous.
             (It is a ``ValueError`` too.)
     """

@@ -1,7 +1,7 @@
 """Parts the context views share (internal).
 
 Checks of their arguments, the ledger of what a window kept and left out, first-page
-sizing and the budget check. :mod:`memstore.views` and :mod:`memstore.views.summary`
+sizing and the budget check. `memstore.views` and `memstore.views.summary`
 build their views from these. Pure: no SQL, no I/O.
 """
 
@@ -16,15 +16,7 @@ from typing import Any, cast
 
 from memstore._validate import MAX_VIEW_INT, check_flag, check_json, short_repr, text_problem
 from memstore.errors import ConfigurationError, ContextBudgetError
-from memstore.models import (
-    ContextWindow,
-    Message,
-    Omission,
-    OmissionReason,
-    StoredMessage,
-    WindowReport,
-    build_trusted,
-)
+from memstore.models import Message, StoredMessage, build_trusted
 from memstore.tokens import TokenCounter, counter_priming, validate_counter
 from memstore.views.base import ContextView
 from memstore.views.history import HistorySource
@@ -35,6 +27,7 @@ from memstore.views.units import (
     Unit,
     resolve_anchors,
 )
+from memstore.views.window import ContextWindow, Omission, OmissionReason, WindowReport
 
 __all__ = [
     "BUDGET_MAX_FIRST_PAGE",
@@ -399,7 +392,7 @@ def _budget_check(
 ) -> int:
     """Return the budget left after the required part, or raise ContextBudgetError.
 
-    ``tools_tokens`` is :func:`~memstore.tokens.count_tool_schemas` of the view's
+    ``tools_tokens`` is `count_tool_schemas()` of the view's
     tools, computed once per window.
     """
     priming = counter_priming(counter)

@@ -15,14 +15,7 @@ from typing import Any, ClassVar, NamedTuple, cast
 
 from memstore._validate import MAX_SEQ
 from memstore.errors import ContextBudgetError
-from memstore.models import (
-    DEFAULT_SUMMARY_TEMPLATE,
-    ContextWindow,
-    Message,
-    OmissionReason,
-    StoredMessage,
-    Summary,
-)
+from memstore.models import DEFAULT_SUMMARY_TEMPLATE, Message, StoredMessage, Summary
 from memstore.tokens import TokenCounter, count_tool_schemas, validate_counter
 from memstore.tokens._checked import checked_counter
 from memstore.views.base import ContextView
@@ -37,6 +30,7 @@ from memstore.views.parts import (
     check_format_template,
 )
 from memstore.views.units import BackwardUnits, ReverseReader, Unit
+from memstore.views.window import ContextWindow, OmissionReason
 
 __all__ = ["Fold", "SummaryView", "plan_fold"]
 
@@ -77,7 +71,7 @@ def _latest_summary(source: HistorySource) -> Summary | None:
 
 
 class Fold(NamedTuple):
-    """What ``store.summarize`` folds into a new summary (see :func:`plan_fold`).
+    """What ``store.summarize`` folds into a new summary (see `plan_fold()`).
 
     Attributes:
         previous: the latest summary, which the new one extends (or ``None``).
@@ -204,10 +198,11 @@ class SummaryView(ContextView):
     Rule: charge the anchored messages, the latest summary (stored by
     ``store.summarize``, rendered as one ``system`` message from ``template``) and
     the newest complete unit after the summary's range (raise
-    :class:`~memstore.errors.ContextBudgetError` if they do not fit), then walk units
+    `ContextBudgetError` if they do not fit), then walk units
     back from the newest, never into the summary's range, and stop at the first that
-    does not fit (a contiguous suffix, as :class:`TokenLimitedView`). The summary
-    message is a plain :class:`~memstore.models.Message` (not stored, no seq) placed
+    does not fit (a contiguous suffix, as [`TokenLimitedView`][memstore.TokenLimitedView]). The
+    summary
+    message is a plain [`Message`][memstore.Message] (not stored, no seq) placed
     after the kept messages its range covers, with metadata
     ``{"memstore": {"summary": True, "first_seq": ..., "last_seq": ...}}``. Without a
     summary the view is a ``TokenLimitedView``. Omitted reasons: ``"summarized"``
@@ -265,7 +260,7 @@ class SummaryView(ContextView):
         Raises:
             ConfigurationError: ``counter`` does not implement the TokenCounter protocol.
             InvalidInputError: ``messages`` or ``summaries`` are not stored ones (see
-                :class:`~memstore.views.history.ListHistory`).
+                [`ListHistory`][memstore.ListHistory]).
         """
         return self.select(ListHistory(messages, summaries=summaries),
                            checked_counter(validate_counter(counter)))

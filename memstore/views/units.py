@@ -25,10 +25,10 @@ developer or pinned) is anchored as a whole: a pinned tool result keeps its call
 and sibling results. An *incomplete* unit is never emitted, even when one of its
 messages is pinned: sending it would make the provider reject the request.
 
-Grouping works on a whole chronological list (:func:`group_units`) and
-incrementally while reading a :class:`~memstore.views.history.HistorySource`
-newest-first (:class:`BackwardUnits` over a :class:`ReverseReader`) or
-oldest-first (:class:`ForwardUnits` over a :class:`ForwardReader`). A run may
+Grouping works on a whole chronological list (`group_units()`) and
+incrementally while reading a [`HistorySource`][memstore.HistorySource]
+newest-first (`BackwardUnits` over a `ReverseReader`) or
+oldest-first (`ForwardUnits` over a `ForwardReader`). A run may
 straddle page boundaries; the readers simply fetch the next page.
 """
 
@@ -125,7 +125,7 @@ class Unit(NamedTuple):
     def tokens(self, counter: TokenCounter) -> int:
         """Sum of ``message_tokens`` of the unit's messages under ``counter``.
 
-        Inlines :func:`~memstore.tokens.message_tokens` (stored count when it came
+        Inlines `message_tokens()` (stored count when it came
         from ``counter``): this runs once per unit a view reads.
         """
         name = counter.name
@@ -298,7 +298,7 @@ class ReverseReader:
 class ForwardReader:
     """Messages of a source oldest-first, read page by page (pages double up to a cap).
 
-    Supports one message of lookahead (:meth:`peek`).
+    Supports one message of lookahead (`peek()`).
 
     Args:
         source: the history to read.
@@ -354,12 +354,12 @@ class BackwardUnits:
 
     A tool message's unit is known only once the message before its run is read
     (the call, or a non-call that makes the run orphans), so tool messages wait in
-    :attr:`pending` until then. Units are yielded in descending order of
+    `pending` until then. Units are yielded in descending order of
     ``last_seq``; a run's orphans and its call unit come out together.
 
     Args:
         messages: messages in strictly descending seq order, consecutive seqs (e.g.
-            a :class:`ReverseReader`). When it ends with tool messages pending, they
+            a `ReverseReader`). When it ends with tool messages pending, they
             are orphans: nothing older is stored (or the reader's floor is the start
             of a unit).
     """
@@ -405,7 +405,7 @@ class ForwardUnits:
     """Units, oldest first (by first seq), grouped while reading oldest-first.
 
     Args:
-        reader: a :class:`ForwardReader`; a call's run is read through its lookahead.
+        reader: a `ForwardReader`; a call's run is read through its lookahead.
     """
 
     def __init__(self, reader: ForwardReader) -> None:
