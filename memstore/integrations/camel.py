@@ -17,7 +17,7 @@ rest of the record (uuid, backend role, CAMEL message fields, ``extra_info``,
 timestamp, agent id) is kept under ``metadata["camel"]``, so a record reads back
 equal. The record's uuid is the message id, so writing the same record twice
 stores it once. ``get_context()`` reads only the window: by default a
-:class:`~memstore.ScoreBasedView` with CAMEL's own scoring rule (``keep_rate``
+[`ScoreBasedView`][memstore.ScoreBasedView] with CAMEL's own scoring rule (``keep_rate``
 decay), which keeps tool calls with their results and always keeps the newest
 message.
 """
@@ -25,15 +25,27 @@ message.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import threading
 import uuid
 import weakref
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar, cast
 
-from memstore.aio import AsyncMemoryStore
+from memstore import (
+    AsyncMemoryStore,
+    ContextView,
+    ContextWindow,
+    HistorySource,
+    MemoryStore,
+    Message,
+    ScoreBasedView,
+    StoredMessage,
+    WindowReport,
+)
 from memstore.errors import (
     ConfigurationError,
     ContextBudgetError,
@@ -42,10 +54,7 @@ from memstore.errors import (
     MissingDependencyError,
 )
 from memstore.integrations._common import check_flag, shown
-from memstore.models import Message, StoredMessage
-from memstore.store import MemoryStore
-from memstore.tokens import TokenCounter
-from memstore.views import ContextView, ScoreBasedView
+from memstore.tokens import TokenCounter, message_tokens
 
 try:
     from camel.memories import AgentMemory, ContextRecord, MemoryRecord
@@ -64,12 +73,13 @@ __all__ = ["ContextOverflowError", "MemstoreAgentMemory", "MemstoreContextCreato
 #: The metadata key under which a record's CAMEL-only fields are stored.
 METADATA_KEY = "camel"
 _PAGE = 500
+_T = TypeVar("_T")
 
 
 class ContextOverflowError(ContextBudgetError, RuntimeError):
     """The system messages and the newest unit do not fit the memory's budget.
 
-    A :class:`~memstore.ContextBudgetError` that is also the ``RuntimeError`` CAMEL's
+    A [`ContextBudgetError`][memstore.ContextBudgetError] that is also the ``RuntimeError`` CAMEL's
     context creators raise, with ``args[1]`` the tokens required: ``ChatAgent`` ends the
     step with termination reason ``"max_tokens_exceeded"``, as with its own memory.
     """
@@ -169,13 +179,20 @@ def _foreign_record(message: StoredMessage) -> MemoryRecord:
                 if message.tool_calls else None)
         camel_message = BaseMessage(role_name=name, role_type=_role_type(message),
                                     meta_dict=meta, content=message.text)
+    return MemoryRecord(message=camel_message, role_at_backend=role,
+                        uuid=_record_uuid(message), timestamp=message.created_at.timestamp())
+
+
+def _record_uuid(message: StoredMessage) -> uuid.UUID:
+    """The uuid of the record a stored message reads back as: its id, or one derived from it.
+
+    A record CAMEL wrote has its uuid as message id; a message another writer stored
+    (any id) gets a uuid derived from its conversation and id.
+    """
     try:
-        record_uuid = uuid.UUID(message.id)
+        return uuid.UUID(message.id)
     except ValueError:
-        record_uuid = uuid.uuid5(uuid.NAMESPACE_URL,
-                                 f"memstore:{message.conversation_id}:{message.id}")
-    return MemoryRecord(message=camel_message, role_at_backend=role, uuid=record_uuid,
-                        timestamp=message.created_at.timestamp())
+        return uuid.uuid5(uuid.NAMESPACE_URL, f"memstore:{message.conversation_id}:{message.id}")
 
 
 def message_to_record(message: StoredMessage) -> MemoryRecord:
@@ -209,6 +226,143 @@ def _to_openai(message: Message) -> OpenAIMessage:
         except (TypeError, ValueError, RecursionError):
             pass  # a record CAMEL cannot render: the message's own OpenAI form
     return message.to_openai()  # type: ignore[return-value]
+
+
+# ---- system prompts ------------------------------------------------------------------------
+#
+# A ChatAgent writes its system message when it adopts the memory. When that prompt
+# differs from the conversation's newest system message (the prompt changed between
+# runs), it is stored once, after the history, and its record's ``extra_info`` names
+# the record it replaces. The replaced prompt stays stored (history, ``retrieve()``)
+# but is never sent: the model gets the current prompt, in the replaced one's place.
+
+#: The ``extra_info`` key of a system record that replaced the agent's previous system
+#: prompt when an agent resumed the conversation: the uuid of the record it replaced.
+REPLACES_KEY = "memstore_replaces"
+
+
+def _replaces(message: StoredMessage | Message) -> str | None:
+    """The record uuid a system message names as the prompt it replaced, if any."""
+    if message.role != "system":
+        return None
+    data = message.metadata.get(METADATA_KEY)
+    extra = data.get("extra_info") if isinstance(data, dict) else None
+    value = extra.get(REPLACES_KEY) if isinstance(extra, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def _uuid_of(message: StoredMessage | Message) -> str | None:
+    """The record uuid of a stored system message (``None`` for anything else)."""
+    if not isinstance(message, StoredMessage) or message.role != "system":
+        return None
+    return str(_record_uuid(message))
+
+
+def _with_current(items: Sequence[_T], key: Callable[[_T], str | None],
+                  replaces: Callable[[_T], str | None]) -> tuple[list[_T], list[_T]]:
+    """``items`` with each replaced prompt swapped for the prompt that replaces it.
+
+    ``key`` is a system prompt's record uuid (``None``: not a system prompt),
+    ``replaces`` the uuid it names as replaced. The newest prompt of a chain of
+    replacements (v1 replaced by v2, v2 by v3) takes the place of the oldest one
+    present (an agent's prompt stands first); the replaced ones are left out.
+    Returns the items and those left out.
+    """
+    replacing: dict[str, _T] = {}
+    for item in items:
+        replaced = replaces(item) if key(item) is not None else None
+        if replaced is not None:
+            replacing[replaced] = item
+    if not replacing:
+        return list(items), []
+    out: list[_T] = []
+    left_out: list[_T] = []
+    placed: set[int] = set()
+    for item in items:
+        name = key(item)
+        if name is not None and name in replacing:
+            left_out.append(item)
+            current = replacing[name]
+            seen = {name}
+            while (nxt := key(current)) is not None and nxt in replacing and nxt not in seen:
+                seen.add(nxt)
+                current = replacing[nxt]
+            item = current
+        if id(item) not in placed:
+            placed.add(id(item))
+            out.append(item)
+    return out, left_out
+
+
+def _current_prompts(
+    messages: Sequence[StoredMessage | Message], counter: TokenCounter,
+) -> tuple[list[StoredMessage | Message], int]:
+    """``messages`` with the current prompts in place of those they replaced.
+
+    See `_with_current()`. Also returns the tokens of the replaced prompts, which
+    are left out.
+    """
+    out, left_out = _with_current(messages, _uuid_of, _replaces)
+    return out, sum(message_tokens(m, counter) for m in left_out)
+
+
+def _token_limit(view: ContextView) -> int | None:
+    """The ``token_limit`` of a budgeted dataclass view (one that can be raised), else None."""
+    if not view.budgeted or not dataclasses.is_dataclass(view):
+        return None
+    if "token_limit" not in {f.name for f in dataclasses.fields(view)}:
+        return None
+    limit = getattr(view, "token_limit", None)
+    return limit if type(limit) is int else None
+
+
+def _lowered(error: ContextBudgetError, extra: int) -> ContextBudgetError:
+    """A budget error of a window read with ``token_limit`` raised by ``extra``, as the view's.
+
+    Replaced prompts (``extra`` tokens) are neither sent nor charged.
+    """
+    if not extra or error.required is None or error.budget is None:
+        return error
+    return ContextBudgetError(
+        f"{error} (read with token_limit raised by the {extra} tokens of replaced system "
+        f"prompts, which are not sent: {error.required - extra} tokens needed, token_limit "
+        f"is {error.budget - extra})",
+        required=error.required - extra, budget=error.budget - extra,
+    )
+
+
+def _record_key(record: ContextRecord) -> str | None:
+    memory_record = record.memory_record
+    if memory_record.role_at_backend != OpenAIBackendRole.SYSTEM:
+        return None
+    return str(memory_record.uuid)
+
+
+def _current_records(records: Sequence[ContextRecord]) -> list[ContextRecord]:
+    """Context records with the current prompts in place of those they replaced."""
+    return _with_current(records, _record_key,
+                         lambda r: r.memory_record.extra_info.get(REPLACES_KEY))[0]
+
+
+@dataclass(frozen=True)
+class _SystemMessages(ContextView):
+    """Every stored system message, chronological: what resuming compares a prompt with.
+
+    System messages are anchored, and a store reads its anchored messages with the
+    conversation (one indexed read): this costs what they hold, not the history.
+    Not a context for a model.
+    """
+
+    def select(self, source: HistorySource, counter: TokenCounter) -> ContextWindow:
+        messages: list[StoredMessage | Message] = [
+            m for m in source.anchored() if m.role == "system"]
+        return ContextWindow(
+            conversation_id=source.conversation_id, messages=messages,
+            token_count=sum(message_tokens(m, counter) for m in messages),
+            report=WindowReport(view=type(self).__name__, counter=counter.name,
+                                conversation_message_count=source.message_count,
+                                included_count=len(messages), rows_read=source.rows_read),
+        )
 
 
 # ---- the store, seen synchronously ---------------------------------------------------------
@@ -254,7 +408,7 @@ def _sync_store(store: MemoryStore | AsyncMemoryStore) -> MemoryStore:
 
 
 class MemstoreTokenCounter(BaseTokenCounter):
-    """CAMEL's ``BaseTokenCounter`` over a memstore :class:`~memstore.TokenCounter`.
+    """CAMEL's ``BaseTokenCounter`` over a memstore [`TokenCounter`][memstore.TokenCounter].
 
     ``count_tokens_from_messages`` counts the list as memstore does (per-message counts
     plus reply priming once), so it agrees with the token counts of windows.
@@ -312,7 +466,12 @@ class MemstoreContextCreator(BaseContextCreator):
         return limit if isinstance(limit, int) else None
 
     def create_context(self, records: list[ContextRecord]) -> tuple[list[OpenAIMessage], int]:
-        """Select ``records`` through the view: ``(openai_messages, token_count)``."""
+        """Select ``records`` through the view: ``(openai_messages, token_count)``.
+
+        System records that a later prompt replaced (see ``MemstoreAgentMemory``) are
+        left out before the view runs, as ``get_context()`` leaves them out.
+        """
+        records = _current_records(records)
         stored: list[StoredMessage] = []
         for seq, context_record in enumerate(records, start=1):
             message = record_to_message(context_record.memory_record)
@@ -360,13 +519,25 @@ class MemstoreAgentMemory(AgentMemory):
     it and writes its system message. With ``resume=True`` (default) a memory that an
     agent adopts keeps its stored history: that first ``clear()`` after the agent sets
     ``agent_id`` (only that one, with or without a system message) is skipped, and the
-    agent's system message is not stored again when it equals the conversation's
-    first message. Every other ``clear()`` (also
-    ``agent.reset()``) deletes the conversation's messages.
+    agent's system message is compared with the conversation's newest stored system
+    message, wherever it stands. The same prompt is not stored again. A changed
+    prompt is stored once, after the history, as a new system message that replaces
+    the previous one (its record's ``extra_info["memstore_replaces"]`` names the
+    replaced record): the next agent with that prompt finds it and stores nothing.
+    Every other ``clear()`` (also ``agent.reset()``) deletes the conversation's
+    messages.
+
+    What is sent: the model gets the *current* prompt only, in the place of the prompt
+    it replaced (first, for an agent's prompt). A replaced prompt stays stored
+    (``retrieve()`` and the store return it, as history) but ``get_context()`` and the
+    context creator leave it out, and a budgeted view's budget is not spent on it: the
+    window is what the view would select if the replaced prompt were not stored.
+    Every other system message is sent where the view keeps it.
 
     Args:
         conversation_id: the memstore conversation (created on the first write).
-        store: a :class:`~memstore.MemoryStore` or :class:`~memstore.AsyncMemoryStore`
+        store: a [`MemoryStore`][memstore.MemoryStore] or an
+            [`AsyncMemoryStore`][memstore.AsyncMemoryStore]
             (CAMEL's memory API is synchronous: an async store is reached through a
             synchronous twin on the same database, see ``_sync_store``).
         view: the view ``get_context()`` reads through (default: ScoreBasedView).
@@ -411,6 +582,9 @@ class MemstoreAgentMemory(AgentMemory):
         # one-shot: any other memory call disarms them, so later clears always clear.
         self._skip_clear = False
         self._skip_system = False
+        # Tokens of the replaced prompts in the window last read (see _context): the
+        # next window is read with the view's token_limit raised by that much.
+        self._replaced_tokens = 0
 
     # ---- AgentMemory ---------------------------------------------------------------------
 
@@ -432,7 +606,8 @@ class MemstoreAgentMemory(AgentMemory):
     def get_context(self) -> tuple[list[OpenAIMessage], int]:
         """The view's window as ``(openai_messages, token_count)``; ``([], 0)`` when empty.
 
-        Reads only the window (cost grows with the window, not the history).
+        Reads only the window (cost grows with the window, not the history). System
+        prompts that a later one replaced are not in it (see the class doc).
 
         Raises:
             ContextOverflowError: the system messages and the newest unit do not fit the
@@ -441,12 +616,52 @@ class MemstoreAgentMemory(AgentMemory):
         """
         self._settled()
         try:
-            window = self._store.window(self.conversation_id, self.view)
+            messages, tokens = self._context()
         except ConversationNotFoundError:
             return [], 0
         except ContextBudgetError as exc:
             raise ContextOverflowError(exc) from exc
-        return [_to_openai(m) for m in window.messages], window.token_count
+        return [_to_openai(m) for m in messages], tokens
+
+    def _context(self) -> tuple[list[StoredMessage | Message], int]:
+        """The view's window without replaced prompts, and its token count.
+
+        A replaced prompt is a system message, anchored, so a view charges it before
+        anything else: a budgeted view's window is read with its ``token_limit``
+        raised by the replaced prompts' tokens (known from the previous read), which
+        leaves the rest exactly the room it has without them. When the read finds
+        another amount (the first read after a prompt changed, or a concurrent writer),
+        it is read again with that amount; if the amount keeps changing, the view as
+        given is read, whose window holds the replaced prompts and so fits without them.
+        Other views' windows are read as they are, and the replaced prompts left out.
+        """
+        counter = self.view.resolve_counter(self._store.counter)
+        limit = _token_limit(self.view)
+        if limit is None:
+            window = self._store.window(self.conversation_id, self.view)
+            kept, freed = _current_prompts(window.messages, counter)
+            return kept, window.token_count - freed
+        extra = self._replaced_tokens
+        for attempt in range(3):
+            view = (cast(ContextView, dataclasses.replace(cast(Any, self.view),
+                                                          token_limit=limit + extra))
+                    if extra else self.view)
+            try:
+                window = self._store.window(self.conversation_id, view)
+            except ContextBudgetError as exc:
+                # it may fit without the replaced prompts, which the read above charged
+                _, freed = _current_prompts(self._system_messages(), counter)
+                if freed != extra and attempt < 2:
+                    extra = self._replaced_tokens = freed
+                    continue
+                raise _lowered(exc, extra) from exc
+            kept, freed = _current_prompts(window.messages, counter)
+            if freed == extra:
+                return kept, window.token_count - freed
+            extra = self._replaced_tokens = freed
+        window = self._store.window(self.conversation_id, self.view)
+        kept, freed = _current_prompts(window.messages, counter)
+        return kept, window.token_count - freed
 
     def write_records(self, records: list[MemoryRecord]) -> None:
         """Store records at the end of the conversation, in one transaction.
@@ -471,12 +686,24 @@ class MemstoreAgentMemory(AgentMemory):
             self._store.extend(self.conversation_id, [record_to_message(r) for r in records])
 
     def _skip_restored_system(self, records: list[MemoryRecord]) -> list[MemoryRecord]:
+        """The adopting agent's records, its system message compared with the stored one.
+
+        The conversation's current prompt is its newest system message, wherever it
+        stands (a changed prompt is stored after the history it follows). The same
+        prompt is not stored again; another one is stored, once, naming the record it
+        replaces (see the class doc).
+        """
         if not records or records[0].role_at_backend != OpenAIBackendRole.SYSTEM:
             return records
-        first = self._stored(limit=1)
-        if first and first[0].role == "system" and first[0].text == records[0].message.content:
+        systems = self._system_messages()
+        if not systems:
+            return records
+        current = systems[-1]
+        if current.text == records[0].message.content:
             return records[1:]
-        return records
+        prompt = records[0].model_copy(update={"extra_info": {
+            **records[0].extra_info, REPLACES_KEY: str(_record_uuid(current))}})
+        return [prompt, *records[1:]]
 
     def retrieve(self) -> list[ContextRecord]:
         """Every stored record, chronological, scored by CAMEL's rule.
@@ -484,7 +711,7 @@ class MemstoreAgentMemory(AgentMemory):
         System records score 1.0; the j-th newest other record scores
         ``score * keep_rate**j``. CAMEL uses this to copy a memory (``clone``,
         ``save_memory``, the ``memory`` setter): it reads the whole conversation.
-        Model contexts come from :meth:`get_context`, which reads only the window.
+        Model contexts come from `get_context()`, which reads only the window.
         """
         self._settled()
         messages = list(self._iter_stored())
@@ -540,7 +767,7 @@ class MemstoreAgentMemory(AgentMemory):
         return [message_to_record(m) for m in self._store.pop(self.conversation_id, n)]
 
     def remove_records_by_indices(self, indices: list[int]) -> list[MemoryRecord]:
-        """Delete the records at ``indices`` (positions in :meth:`retrieve` order).
+        """Delete the records at ``indices`` (positions in `retrieve()` order).
 
         Out-of-range indices are ignored, and so is index 0 when it is a system or
         developer record (CAMEL's rule). One transaction (``store.rewrite``: it reads the
@@ -597,6 +824,14 @@ class MemstoreAgentMemory(AgentMemory):
         """Disarm the adoption skips: the agent is done adopting this memory."""
         self._skip_clear = False
         self._skip_system = False
+
+    def _system_messages(self) -> list[StoredMessage]:
+        """Every stored system message, chronological (one read of the anchored ones)."""
+        try:
+            window = self._store.window(self.conversation_id, _SystemMessages())
+        except ConversationNotFoundError:
+            return []
+        return [m for m in window.messages if isinstance(m, StoredMessage)]
 
     def _stored(self, limit: int) -> list[StoredMessage]:
         try:

@@ -1,6 +1,6 @@
 """memstore as a LangChain chat message history: persistent and token-budgeted.
 
-:class:`MemstoreChatMessageHistory` is a
+`MemstoreChatMessageHistory` is a
 ``langchain_core.chat_history.BaseChatMessageHistory``. Give it to
 ``RunnableWithMessageHistory`` (or use it directly): messages are stored in SQLite
 or PostgreSQL, and with a budgeted ``view`` the history the chain receives is a
@@ -9,7 +9,17 @@ re-trimmed on every turn. No window splits a tool call from its results.
 
 Install with ``pip install 'memstore[langchain]'`` (langchain-core 1.x).
 
-Mapping (lossless both ways; :func:`to_memstore` / :func:`from_memstore`):
+LangChain's deprecations: langchain-core 1.3.3 deprecated ``RunnableWithMessageHistory``
+and 1.6.4 ``BaseChatMessageHistory`` (both to be removed in 2.0), in favour of
+LangGraph's message state persisted by a checkpointer. ``RunnableWithMessageHistory``
+warns when it is constructed — the user's call, which this module leaves alone.
+``BaseChatMessageHistory``'s ``@deprecated`` warns only when that class itself is
+instantiated, never for a subclass: constructing and using this history (sync or
+async) warns about nothing, and no warning is filtered to make it so. Read
+``messages`` and pass them to the model call yourself (docs/integrations/langchain.md)
+to use it without any deprecated LangChain API.
+
+Mapping (lossless both ways; `to_memstore()` / `from_memstore()`):
 
 * ``HumanMessage`` ↔ ``user``; ``AIMessage`` ↔ ``assistant`` (``tool_calls`` ↔
   memstore tool calls, ``args`` as their JSON ``arguments``, non-ASCII text unescaped
@@ -41,13 +51,13 @@ Mapping (lossless both ways; :func:`to_memstore` / :func:`from_memstore`):
   LangChain ids need not be unique in a history.
 
 ``FunctionMessage`` (legacy OpenAI functions, no call id) and ``RemoveMessage``
-are rejected with :class:`~memstore.InvalidInputError`.
+are rejected with [`InvalidInputError`][memstore.InvalidInputError].
 
-Stores: with a :class:`~memstore.MemoryStore` every method works (the async ones
-call the store directly). With an :class:`~memstore.AsyncMemoryStore` use the
+Stores: with a [`MemoryStore`][memstore.MemoryStore] every method works (the async ones
+call the store directly). With an [`AsyncMemoryStore`][memstore.AsyncMemoryStore] use the
 async methods (``aget_messages``, ``aadd_messages``, ``aclear``; what
 ``RunnableWithMessageHistory.ainvoke`` calls); the sync ones raise a
-:class:`~memstore.ConfigurationError` saying so, since an async engine cannot be
+[`ConfigurationError`][memstore.ConfigurationError] saying so, since an async engine cannot be
 driven from synchronous code safely.
 """
 
@@ -62,7 +72,16 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from memstore.aio import AsyncMemoryStore
+from memstore import (
+    AsyncMemoryStore,
+    ContextView,
+    ImagePart,
+    ImageURL,
+    MemoryStore,
+    Message,
+    TextPart,
+    ToolCall,
+)
 from memstore.errors import (
     ConfigurationError,
     ConversationNotFoundError,
@@ -81,9 +100,6 @@ from memstore.integrations._common import (
     unescaped_json,
     valid_name,
 )
-from memstore.models import ImagePart, ImageURL, Message, TextPart, ToolCall
-from memstore.store import MemoryStore
-from memstore.views import ContextView
 
 try:
     from langchain_core.chat_history import BaseChatMessageHistory
@@ -493,7 +509,8 @@ class MemstoreChatMessageHistory(BaseChatMessageHistory):
         >>> from memstore.integrations.langchain import MemstoreChatMessageHistory
         >>> history = MemstoreChatMessageHistory(
         ...     "session-1", MemoryStore("sqlite://"), view=TokenLimitedView(token_limit=4000))
-        >>> history.add_user_message("Hello")
+        >>> from langchain_core.messages import HumanMessage
+        >>> history.add_messages([HumanMessage("Hello")])
         >>> [m.content for m in history.messages]
         ['Hello']
     """
@@ -540,7 +557,7 @@ class MemstoreChatMessageHistory(BaseChatMessageHistory):
         return from_memstore(read_history_sync(store, self.session_id, self._view))
 
     async def aget_messages(self) -> list[BaseMessage]:
-        """Async :attr:`messages`."""
+        """Async `messages`."""
         return from_memstore(await read_history(self._store, self.session_id, self._view))
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
@@ -551,7 +568,7 @@ class MemstoreChatMessageHistory(BaseChatMessageHistory):
             store.extend(self.session_id, converted)
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
-        """Async :meth:`add_messages`."""
+        """Async `add_messages()`."""
         converted = [to_memstore(m) for m in messages]
         if not converted:
             return
@@ -567,7 +584,7 @@ class MemstoreChatMessageHistory(BaseChatMessageHistory):
             store.clear(self.session_id)
 
     async def aclear(self) -> None:
-        """Async :meth:`clear`."""
+        """Async `clear()`."""
         with contextlib.suppress(ConversationNotFoundError):
             if isinstance(self._store, AsyncMemoryStore):
                 await self._store.clear(self.session_id)

@@ -16,11 +16,11 @@ memstore message that holds it, and the message's chat fields are the item's cha
 equivalent, which is what memstore counts and windows:
 
 - a user, system or developer message item → one message of that role;
-- the items of one model response — reasoning, assistant messages, function calls
-  and any other item the model produced (hosted tool calls, ...) — → **one**
-  assistant message: the text of its messages as content and one tool call per
-  ``function_call`` (``call_id`` is the tool-call id), so parallel calls are one
-  assistant message with several calls;
+- consecutive items of the model side in one ``add_items`` call — reasoning,
+  assistant messages, function calls and any other item the model produced (hosted
+  tool calls, ...) — → **one** assistant message: the text of its messages as
+  content and one tool call per ``function_call`` (``call_id`` is the tool-call id),
+  so parallel calls are one assistant message with several calls;
 - a ``function_call_output`` → one tool message answering its ``call_id``.
   Other ``*_call``/``*_call_output`` pairs with a ``call_id`` (computer, shell,
   custom tools, ...) map the same way, so views never separate them either.
@@ -28,25 +28,47 @@ equivalent, which is what memstore counts and windows:
   count: text, shell ``stdout``/``stderr``; images (a tool's ``input_image``, a
   computer screenshot) and files as placeholders padded with filler to their price,
   since a memstore tool message holds text only; ``data:`` URLs are never counted
-  as text (see :func:`_output_text`).
+  as text (see `_output_text()`).
+
+A session keeps what the runner hands it. A call or call output without a ``call_id``
+(the SDK's own tests store ``{"type": "computer_call", "id": ..., "status":
+"completed"}``) cannot be paired, so it is not a tool call: it is stored verbatim as
+an item of its assistant message, like a hosted tool's item, and comes back equal.
 
 Item ids are not used as message ids: the SDK reuses them (``"1"``, a scripted
-model's constant id), so they are not idempotency keys. A model response may be
-written in several ``add_items`` calls (with tool approval the call is written, the
-run stops, and its output comes in a later call — possibly from another process):
-items that continue the newest stored model response are merged into it, and a
-tool call and its output written in different calls still form one unit.
+model's constant id), so they are not idempotency keys. Each ``add_items`` call
+starts new messages, except where the items' grouping demands one message: model
+items written while the newest stored response is open — it holds calls not answered
+yet (with tool approval the call is written, the run stops, and the rest comes in a
+later call, possibly from another process) or ends with a reasoning item, which the
+Responses API only accepts followed by its next item — are merged into it (see
+``_is_open``). A tool call and its output written in different calls still form one
+unit. ``get_items(limit=N)`` counts items, not messages: how items are grouped never
+changes which of them it returns.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from memstore.aio import AsyncMemoryStore
+from pydantic import ValidationError
+
+from memstore import (
+    AsyncMemoryStore,
+    ContextView,
+    ImagePart,
+    ImageURL,
+    MemoryStore,
+    Message,
+    StoredMessage,
+    TextPart,
+    ToolCall,
+)
 from memstore.errors import ConversationNotFoundError, InvalidInputError
 from memstore.integrations._common import (
     check_conversation,
@@ -55,17 +77,7 @@ from memstore.integrations._common import (
     shown,
     unescaped_json,
 )
-from memstore.models import (
-    ImagePart,
-    ImageURL,
-    Message,
-    StoredMessage,
-    TextPart,
-    ToolCall,
-)
-from memstore.store import MemoryStore
 from memstore.tokens import ApproxCounter, TokenCounter
-from memstore.views import ContextView
 
 __all__ = ["MemstoreSession", "items_to_messages", "messages_to_items"]
 
@@ -80,36 +92,40 @@ Item = dict[str, Any]
 # ---- items <-> messages --------------------------------------------------------------------
 
 
-#: Item types the Responses API only accepts with a ``call_id`` (what pairs a call with
-#: its output): one without a string ``call_id`` is refused, never stored unpaired.
-#: ``local_shell_call_output`` too: the openai package's type names only an ``id``, but
-#: the API and the Agents SDK pair it with its ``local_shell_call`` by ``call_id`` (the
-#: SDK writes ``{"type": "local_shell_call_output", "call_id": ..., "output": ...}``);
-#: an ``id`` is the item's own id, never read as the call it answers.
-_CALL_ID_TYPES = frozenset({
-    "function_call", "function_call_output",
-    "computer_call", "computer_call_output",
-    "custom_tool_call", "custom_tool_call_output",
-    "local_shell_call", "local_shell_call_output",
-    "shell_call", "shell_call_output",
-    "apply_patch_call", "apply_patch_call_output",
-})
+def _call_id(item: Mapping[str, Any]) -> str | None:
+    """The ``call_id`` pairing a call item with its output, if it can be a tool-call id.
+
+    ``None`` when the item has none, or one memstore cannot hold as a tool-call id
+    (not a string, empty, too long, ...): such an item cannot become part of a
+    tool-call unit and is stored as an opaque item of its response (see `_kind()`).
+    Only a ``call_id`` pairs: an ``id`` is the item's own id, never the call it answers
+    (``local_shell_call_output`` is paired by ``call_id`` too, as the SDK writes it).
+    """
+    call_id = item.get("call_id")
+    if not isinstance(call_id, str) or not _holdable_call_id(call_id):
+        return None
+    return call_id
 
 
-def _describe(item: Mapping[str, Any]) -> str:
+@functools.lru_cache(maxsize=4096)
+def _holdable_call_id(call_id: str) -> bool:
+    """Whether memstore can hold ``call_id`` as a tool-call id (asks the model itself)."""
     try:
-        text = json.dumps(item, sort_keys=True, default=str)
-    except Exception:  # a key that does not sort, an integer past 4,300 digits, ...
-        return shown(item, 200)
-    return text if len(text) <= 200 else text[:197] + "..."
+        ToolCall(id=call_id, name="call")
+    except ValidationError:
+        return False
+    return True
 
 
 def _kind(item: Mapping[str, Any]) -> str:
     """``input`` (user/system/developer), ``output`` (a call's result) or ``model``.
 
+    A call output is an ``output`` only with a ``call_id`` (`_call_id()`): one
+    without (the SDK's own tests store ``{"type": "local_shell_call_output", "id": ...}``)
+    cannot answer a call, and is kept like any other item the model side produced.
+
     Raises:
-        InvalidInputError: an unknown role or type, or a call or call output of a type
-            that requires a ``call_id`` without a non-empty string one.
+        InvalidInputError: a message item with an unknown role, or a non-string type.
     """
     item_type = item.get("type")
     if item_type is None or item_type == "message":
@@ -121,22 +137,28 @@ def _kind(item: Mapping[str, Any]) -> str:
         raise InvalidInputError(f"message item has an unknown role: {shown(role)}")
     if not isinstance(item_type, str):
         raise InvalidInputError(f"item type must be a string, got {shown(item_type)}")
-    if item_type in _CALL_ID_TYPES:
-        call_id = item.get("call_id")
-        if not isinstance(call_id, str) or not call_id:
-            raise InvalidInputError(
-                f"a {item_type} item needs a non-empty string call_id (the Responses API "
-                f"pairs calls and outputs by it), got {shown(call_id)}: {_describe(item)}"
-            )
-    if item_type.endswith("_call_output") and isinstance(item.get("call_id"), str):
+    if item_type.endswith("_call_output") and _call_id(item) is not None:
         return "output"
     return "model"
 
 
 def _is_call(item: Mapping[str, Any]) -> bool:
+    """Whether ``item`` is a call that a tool-call unit pairs with its output.
+
+    A ``*_call`` item without a usable ``call_id`` (a hosted ``computer_call`` stored
+    by its ``id`` only, say) is not: it is kept verbatim in its response's message,
+    like a ``web_search_call``, and needs no output.
+    """
     item_type = item.get("type")
     return (isinstance(item_type, str) and item_type.endswith("_call")
-            and isinstance(item.get("call_id"), str))
+            and _call_id(item) is not None)
+
+
+def _is_output(item: Mapping[str, Any]) -> bool:
+    """Whether ``item`` is a call output that answers a call (it has a ``call_id``)."""
+    item_type = item.get("type")
+    return (isinstance(item_type, str) and item_type.endswith("_call_output")
+            and _call_id(item) is not None)
 
 
 def _text_of(value: Any) -> str:
@@ -161,7 +183,7 @@ def _text_of(value: Any) -> str:
 # A call output is a tool message, and a memstore tool message holds text only. Its text
 # is what the model receives of the output, so a view's budget counts it: text as it is
 # (a shell call's stdout and stderr), an image or a file as a placeholder padded to what
-# the model is charged for it (see :func:`_padded`). The stored item is what the SDK
+# the model is charged for it (see `_padded()`). The stored item is what the SDK
 # sends; the text is never sent by the session.
 
 #: Prices images when no counter is given: every memstore counter prices an image by
@@ -169,7 +191,7 @@ def _text_of(value: Any) -> str:
 _PRICE_COUNTER = ApproxCounter()
 #: A filler unit: one token in OpenAI's encodings, one word for word counters.
 _FILLER = " ."
-#: How many tries :func:`_padded` gets to find the filler that counts a given price.
+#: How many tries `_padded()` gets to find the filler that counts a given price.
 _PAD_TRIES = 4
 
 
@@ -378,8 +400,12 @@ def items_to_messages(items: Iterable[Any], *,
                       counter: TokenCounter | None = None) -> list[Message]:
     """Convert SDK input items to the memstore messages that store them.
 
-    Consecutive items of one model response become one assistant message; each
-    user/system/developer item and each call output is a message of its own.
+    Consecutive items of the model side (assistant messages, reasoning, calls and any
+    other item that is not an input message or a call output with a ``call_id``)
+    become one assistant message; each user/system/developer item and each call
+    output is a message of its own. A call or call output without a usable
+    ``call_id`` is kept, verbatim, as an item of its assistant message: it cannot be
+    paired, so it is not a tool call.
 
     A call output's tool message text is what the model receives of it (see the module
     doc): images and files in it are placeholders padded to their price, measured
@@ -387,9 +413,8 @@ def items_to_messages(items: Iterable[Any], *,
     price and one filler unit per token (a token in OpenAI's encodings).
 
     Raises:
-        InvalidInputError: an item is not a JSON object, has an unknown role, or is a
-            call or call output (``function_call``, ``function_call_output``,
-            ``computer_call``, ...) without a string ``call_id``.
+        InvalidInputError: an item is not a JSON object, or is a message item with an
+            unknown role.
         pydantic.ValidationError: an item's chat equivalent is invalid (e.g. one
             model response with two calls of the same ``call_id``).
     """
@@ -449,7 +474,7 @@ def messages_to_items(messages: Iterable[StoredMessage | Message]) -> list[Item]
 
 
 def _item_count(message: StoredMessage | Message) -> int:
-    """How many items :func:`messages_to_items` makes of ``message`` (nothing copied)."""
+    """How many items `messages_to_items()` makes of ``message`` (nothing copied)."""
     data = message.metadata.get(METADATA_KEY)
     if isinstance(data, Mapping) and isinstance(data.get("items"), list):
         return len(data["items"])  # type: ignore[arg-type]
@@ -462,6 +487,32 @@ def _is_model_group(message: StoredMessage) -> bool:
             and isinstance(data.get("items"), list))
 
 
+def _is_open(message: StoredMessage) -> bool:
+    """Whether the newest stored message is a model response that later items must join.
+
+    Two things make a response open, and only these (every other ``add_items`` call
+    starts a message of its own, so a ``limit`` or a window can cut between them):
+
+    - calls without their outputs yet: memstore's chat form needs a call's results
+      right after the assistant message holding the call, so a later call or text of
+      the same response (the SDK writes a response in more than one ``add_items``
+      call around tool approval, and ``pop_item`` then ``add_items`` puts an item back)
+      must join that message, or its outputs would answer a call that is not the one
+      right before them;
+    - a last item that is a ``reasoning`` item: the Responses API refuses a reasoning
+      item without the item that follows it, so that item joins its message and no
+      window or pin can keep one without the other.
+    """
+    if not _is_model_group(message):
+        return False
+    if message.tool_calls:
+        return True  # the newest message: nothing after it answers its calls
+    data = message.metadata.get(METADATA_KEY)
+    items = data.get("items") if isinstance(data, Mapping) else None
+    last = items[-1] if isinstance(items, list) and items else None
+    return isinstance(last, Mapping) and last.get("type") == "reasoning"
+
+
 # ---- the session ---------------------------------------------------------------------------
 
 
@@ -472,9 +523,13 @@ class MemstoreSession:
     it was added (like the SDK's ``SQLiteSession``). With a view, ``get_items()``
     returns the view's window — the token-budgeted history, whole tool-call units only
     (an unanswered call or a result without its call is left out, so the window stays
-    valid for the model whatever the runner appends). Either way a ``limit`` keeps the
-    newest whole units (a call with its outputs is one unit) holding at most ``limit``
-    items — possibly fewer, never an output without its call. ``get_items(limit=0)``
+    valid for the model whatever the runner appends). Either way ``limit=N`` returns
+    the newest ``N`` items (of the history, or of the window), however they are
+    grouped into stored messages, and always ends with the newest one. It returns
+    fewer only where the ``N`` newest would start inside a tool-call unit and hold an
+    output whose call is cut off: then it starts at the first item after that cut
+    that leaves no output without its call (the newest whole units that fit). It is
+    empty only when the newest item alone is such an output. ``get_items(limit=0)``
     is ``[]``; a session that was never written is empty.
 
     Items without a chat equivalent (reasoning, web search calls, ...) are not
@@ -482,8 +537,8 @@ class MemstoreSession:
 
     Args:
         session_id: the memstore conversation id (created on the first write).
-        store: a :class:`~memstore.MemoryStore` (its calls run in a worker thread) or
-            an :class:`~memstore.AsyncMemoryStore`.
+        store: a [`MemoryStore`][memstore.MemoryStore] (its calls run in a worker thread) or
+            an [`AsyncMemoryStore`][memstore.AsyncMemoryStore].
         view: the view ``get_items()`` reads through (default: every stored item).
         session_settings: the SDK's ``SessionSettings`` (its ``limit`` is the default
             ``limit`` the runner passes), when the installed SDK has them.
@@ -526,8 +581,9 @@ class MemstoreSession:
         """The session's history as SDK input items, chronological.
 
         Args:
-            limit: at most this many of the newest items, in whole units (see the
-                class doc); ``None``: all (or the view's whole window).
+            limit: the newest this many items (fewer only to keep every output with
+                its call, see the class doc); ``None``: all (or the view's whole
+                window).
 
         Raises:
             ContextBudgetError: with a budgeted view, the anchored messages and the
@@ -543,10 +599,8 @@ class MemstoreSession:
         window = await self._or_empty("window", None, self.view)
         if window is None:
             return []
-        messages: list[StoredMessage | Message] = list(window.messages)
-        if limit is not None:
-            messages = _newest_units(messages, limit)
-        return messages_to_items(messages)
+        items = messages_to_items(window.messages)
+        return items if limit is None else _newest(items, limit)
 
     async def _newest_items(self, limit: int | None) -> list[Item]:
         if limit is None:
@@ -558,9 +612,9 @@ class MemstoreSession:
                 if len(page) < _PAGE:
                     return messages_to_items(pages)
                 start = page[-1].seq + 1
-        # Newest pages until they hold ``limit`` items and start on a unit's first
-        # message (not a tool result, whose call may be older): then no older message
-        # can change which whole units fit.
+        # Newest pages until they hold ``limit`` items: which of them are returned
+        # depends on them alone (an output whose call is older than the cut is cut
+        # off with it), never on an older message.
         size = max(16, min(limit + 1, _PAGE))
         messages: list[StoredMessage] = []
         count = 0
@@ -570,21 +624,26 @@ class MemstoreSession:
                                         newest_first=True)
             messages[:0] = reversed(page)
             count += sum(_item_count(m) for m in page)
-            if len(page) < size or (count >= limit and messages[0].role != "tool"):
+            if len(page) < size or count >= limit:
                 break
             stop = page[-1].seq
-        return messages_to_items(_newest_units(messages, limit))
+        return _newest(messages_to_items(messages), limit)
 
     async def add_items(self, items: list[Any]) -> None:
         """Store items at the end of the session.
 
-        Items that continue the newest stored model response (its calls, reasoning or
-        text written in a later call) are merged into that response's message, which
-        keeps its identity (see :meth:`pop_item`).
+        Each call's items are stored as new messages, with one exception: model items
+        at the start of ``items`` are merged into the newest stored model response
+        while that response is open — it holds calls whose outputs are not stored
+        yet, or it ends with a reasoning item, which needs the item that follows it
+        (see `_is_open()` for why). The response's message keeps its identity
+        (see `pop_item()`). Any item is kept as it is given: one that cannot be
+        part of a tool-call unit (a call or output without a ``call_id``, a hosted
+        tool's item) is stored in its response's message and comes back equal.
 
         Raises:
-            InvalidInputError: an item is not a JSON object, has an unknown role, or is
-                a call or call output without a string ``call_id`` (nothing is written).
+            InvalidInputError: an item is not a JSON object or is a message item with
+                an unknown role (nothing is written).
             pydantic.ValidationError: the items cannot be stored, e.g. a model response
                 would hold two calls with one ``call_id`` (a retried write of the same
                 call): nothing is written and nothing stored is changed.
@@ -595,7 +654,7 @@ class MemstoreSession:
         messages = items_to_messages(plain, counter=self.store.counter)
         if _kind(plain[0]) == "model":
             newest = await self._or_empty("messages", [], limit=1, newest_first=True)
-            if newest and _is_model_group(newest[0]):
+            if newest and _is_open(newest[0]):
                 await self._merge(newest[0].id, plain, messages)
                 return
         await self._call("extend", self.session_id, messages)
@@ -605,14 +664,14 @@ class MemstoreSession:
 
         One transaction (``store.rewrite`` of the newest message): the merge is decided
         on the newest message as that transaction reads it, with the conversation
-        locked. If it is no longer the expected response (another writer stored a
-        message after it), that message is kept as it is and the items are appended
-        after it, not merged. A merge that cannot be stored raises
-        ``pydantic.ValidationError`` and changes nothing.
+        locked. If it is no longer the expected open response (another writer stored a
+        message after it, or took its open item back), that message is kept as it is
+        and the items are appended after it, not merged. A merge that cannot be stored
+        raises ``pydantic.ValidationError`` and changes nothing.
         """
 
         def merge(newest: list[StoredMessage]) -> list[Message]:
-            if newest and newest[0].id == expected and _is_model_group(newest[0]):
+            if newest and newest[0].id == expected and _is_open(newest[0]):
                 return self._rewrite(newest[0], items_to_messages(
                     _items_of(newest[0]) + plain, counter=self.store.counter))
             return [*newest, *unmerged]
@@ -670,7 +729,7 @@ class MemstoreSession:
 
 def _as_stored(message: Message, conversation_id: str, counter: str,
                fields: Mapping[str, Any]) -> StoredMessage:
-    """``message`` as a :class:`StoredMessage` with ``fields`` set (validated).
+    """``message`` as a `StoredMessage` with ``fields`` set (validated).
 
     Its seq and token count are placeholders: ``store.rewrite`` gives it its seq and
     recounts it (with ``counter``, the store's).
@@ -681,26 +740,34 @@ def _as_stored(message: Message, conversation_id: str, counter: str,
         "token_counter": counter})
 
 
-def _newest_units(messages: Sequence[StoredMessage | Message], limit: int
-                  ) -> list[StoredMessage | Message]:
-    """The newest whole units of ``messages`` holding at most ``limit`` items.
+def _newest(items: Sequence[Item], limit: int) -> list[Item]:
+    """The newest ``limit`` of ``items``, or fewer: never an output without its call.
 
-    The walk stops at the first unit that does not fit, and at a tool result whose call
-    is not before it (stored history can hold one, e.g. after a truncate; a window
-    cannot): an output is never returned without its call.
+    Items are counted one by one, whatever message holds them. The cut moves later
+    (towards the newest item, which is always kept when anything is) only while the
+    items after it hold an output whose call (the nearest call before it with its
+    ``call_id``) is before the cut — or nowhere, as after a truncate: stored history
+    can hold such an output, a window cannot. A unit's items before its call are
+    not tied to it (a reasoning item may be cut off from the call it led to).
     """
-    units: list[list[StoredMessage | Message]] = []
-    for message in messages:
-        if message.role == "tool" and units and units[-1][0].tool_calls:
-            units[-1].append(message)
-        else:
-            units.append([message])
-    kept: list[StoredMessage | Message] = []
-    count = 0
-    for unit in reversed(units):
-        size = sum(_item_count(m) for m in unit)
-        if count + size > limit or unit[0].role == "tool":
-            break
-        kept[:0] = unit
-        count += size
-    return kept
+    # paired[j]: for an output, the index of its call (-1: none before it)
+    latest_call: dict[str, int] = {}
+    paired: list[int | None] = []
+    for index, item in enumerate(items):
+        if _is_output(item):
+            paired.append(latest_call.get(item["call_id"], -1))
+            continue
+        if _is_call(item):
+            latest_call[item["call_id"]] = index
+        paired.append(None)
+    # the earliest cut ``start >= len - limit`` such that every output at or after it
+    # has its call at or after it; ``bound`` is the earliest call those outputs need
+    best = len(items)
+    bound = len(items)
+    for start in range(len(items) - 1, max(0, len(items) - limit) - 1, -1):
+        call = paired[start]
+        if call is not None:
+            bound = min(bound, call)
+        if start <= bound:
+            best = start
+    return list(items[best:])

@@ -22,6 +22,7 @@ from memstore import (
     InvalidInputError,
     MemoryStore,
     Message,
+    ScoreBasedView,
     StoredMessage,
     SummaryView,
     TokenLimitedView,
@@ -46,6 +47,7 @@ from camel.types import (  # noqa: E402
 )
 
 from memstore.integrations.camel import (  # noqa: E402
+    ContextOverflowError,
     MemstoreAgentMemory,
     message_to_record,
     record_to_message,
@@ -572,3 +574,92 @@ async def test_a_damaged_stash_does_not_break_the_memory(store: Any) -> None:
     assert [r.memory_record.message.content for r in memory.retrieve()] == ["c"] * 4
     messages, _ = memory.get_context()
     assert [m["content"] for m in messages] == ["c"] * 4
+
+
+V1 = "You add numbers. Version one."
+V2 = "You add numbers and say please. Version two."
+
+
+def system_texts(messages: list[dict[str, Any]]) -> list[Any]:
+    return [m["content"] for m in messages if m["role"] == "system"]
+
+
+async def test_a_changed_system_prompt_is_stored_once_and_sent_alone(
+        store: Any, db_url: str) -> None:
+    """Resuming compared the agent's system message with the conversation's first message
+    only: after the prompt changed from v1 to v2, every restart appended another v2, and
+    the model was sent v1 and every copy of v2 (system messages are never trimmed)."""
+    for turn, prompt in enumerate([V1, V1, V2, V2, V2]):
+        own = reopen(store, db_url)  # a new process each time
+        try:
+            model = ScriptedModel([{"content": f"reply {turn}"}])
+            memory = MemstoreAgentMemory("prompted", own, token_limit=4000)
+            agent = ChatAgent(prompt, model=model, memory=memory, summarize_threshold=None)
+            context, tokens = memory.get_context()
+            assert system_texts(context) == [prompt], turn  # before the step
+            await agent.astep(f"question {turn}")
+            seen = model.seen[0]
+            assert system_texts(seen) == [prompt], turn  # the model gets the current prompt
+            assert seen[0] == {"role": "system", "content": prompt}
+            assert [m["content"] for m in seen[1:]] == [
+                text for n in range(turn) for text in (f"question {n}", f"reply {n}")
+            ] + [f"question {turn}"]
+            context, tokens = memory.get_context()
+            assert system_texts(context) == [prompt]
+            assert tokens == COUNTER.count_messages([Message.from_openai(dict(m))
+                                                     for m in context])
+            assert memory.get_context_creator().create_context(memory.retrieve()) == (
+                context, tokens)
+        finally:
+            await call(own.close())
+    stored = await call(store.messages("prompted"))
+    # v2 once, where the prompt changed; v1 stays stored, as history
+    assert [m.role for m in stored] == ["system", "user", "assistant", "user", "assistant",
+                                       "system", *["user", "assistant"] * 3]
+    assert [m.text for m in stored if m.role == "system"] == [V1, V2]
+    # back to v1: the change is recognised against v2, the newest prompt
+    own = reopen(store, db_url)
+    try:
+        memory = MemstoreAgentMemory("prompted", own, token_limit=4000)
+        ChatAgent(V1, model=ScriptedModel([]), memory=memory, summarize_threshold=None)
+        assert system_texts(memory.get_context()[0]) == [V1]
+        ChatAgent(V1, model=ScriptedModel([]), memory=MemstoreAgentMemory(
+            "prompted", own, token_limit=4000), summarize_threshold=None)
+        assert [m.text for m in await call(own.messages("prompted")) if m.role == "system"
+                ] == [V1, V2, V1]
+    finally:
+        await call(own.close())
+
+
+@pytest.mark.parametrize("make_view", [
+    lambda limit: TokenLimitedView(token_limit=limit),
+    lambda limit: ScoreBasedView(token_limit=limit, keep_rate=0.9),
+])
+async def test_a_superseded_prompt_takes_no_room_in_the_window(
+        store: Any, make_view: Any) -> None:
+    """The old prompt is not sent, and the budget it would take goes to the history: the
+    window is what the view selects from the history without it."""
+    long_v1 = V1 + " Rules follow." + " rule" * 40
+    first = MemstoreAgentMemory("room", store, token_limit=4000)
+    ChatAgent(long_v1, model=ScriptedModel([]), memory=first, summarize_threshold=None)
+    for n in range(6):
+        first.write_records([user_record(f"question number {n} " + "word " * 5)])
+    ChatAgent(V2, model=ScriptedModel([]), memory=MemstoreAgentMemory(
+        "room", store, token_limit=4000), summarize_threshold=None)
+    for n in range(6, 9):
+        first.write_records([user_record(f"question number {n} " + "word " * 5)])
+    for limit in range(20, 200, 7):
+        view = make_view(limit)
+        memory = MemstoreAgentMemory("room", store, view=view)
+        creator = memory.get_context_creator()
+        try:
+            expected = creator.create_context(memory.retrieve())
+        except ContextOverflowError as exc:  # the current prompt and newest message do not fit
+            with pytest.raises(ContextOverflowError) as raised:
+                memory.get_context()
+            assert (raised.value.required, raised.value.budget) == (exc.required, exc.budget)
+            continue
+        context, tokens = memory.get_context()
+        assert (context, tokens) == expected, limit
+        assert system_texts(context) == [V2]
+        assert tokens <= limit

@@ -6,6 +6,12 @@ import base64
 import gc
 import itertools
 import json
+import os
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -746,3 +752,78 @@ async def test_a_damaged_stash_or_hostile_message_fails_cleanly(store: Any) -> N
     else:
         assert len(await call(store.messages("d"))) == 5
     await history.aget_messages()  # no raw exception either way
+
+
+# ---- LangChain's deprecations: the user sees LangChain's, memstore adds none --------------
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: The async methods, as the page documents them, after its examples.
+ASYNC_USE = '''
+import asyncio
+
+from langchain_core.messages import HumanMessage
+
+from memstore import AsyncMemoryStore, MemoryStore, TokenLimitedView
+from memstore.integrations.langchain import MemstoreChatMessageHistory
+
+
+async def use_async():
+    for store in (MemoryStore("sqlite:///sync.db"), AsyncMemoryStore("sqlite+aiosqlite:///async.db")):
+        history = MemstoreChatMessageHistory("async", store, view=TokenLimitedView(token_limit=99))
+        await history.aadd_messages([HumanMessage("hi")])
+        assert [m.content for m in await history.aget_messages()] == ["hi"]
+        await history.aclear()
+        closed = store.close()
+        if closed is not None:
+            await closed
+
+
+asyncio.run(use_async())
+'''
+
+
+def test_the_documented_use_warns_about_nothing(tmp_path: Path) -> None:
+    """Constructing and using the history as documented emits no warning, and the page
+    hides none: it silenced LangChain's deprecation of RunnableWithMessageHistory (the
+    user's own call) with a global ``warnings.filterwarnings("ignore", ...)``.
+
+    langchain-core 1.6.4 deprecates BaseChatMessageHistory, but its ``@deprecated`` warns
+    only for direct instances; this runs in a fresh interpreter with every warning an
+    error, so neither this session's filters nor LangChain's warn-once flags hide one.
+    """
+    page = (ROOT / "docs" / "integrations" / "langchain.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.S)
+    assert blocks
+    for block in blocks:
+        assert not re.search(r"filterwarnings|simplefilter|catch_warnings|suppress_langchain",
+                             block), "a documented example hides a warning"
+    script = "\n".join(["import warnings", "warnings.simplefilter('error')", *blocks, ASYNC_USE])
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
+        env={**os.environ, "MEMSTORE_URL": f"sqlite:///{tmp_path / 'docs.db'}",
+             "PYTHONPATH": str(ROOT)}, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert "It is sunny in Paris." in result.stdout
+
+
+def test_langchains_own_deprecation_reaches_the_user() -> None:
+    """``RunnableWithMessageHistory`` (deprecated by langchain-core 1.3.3) still takes the
+    history, and its warning — about the user's call — is not hidden by memstore; it is
+    the only warning the documented history and a run through it give."""
+    store = MemoryStore("sqlite://")
+    try:
+        model = FakeMessagesListChatModel(responses=[AIMessage("hello")])
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            chain = RunnableWithMessageHistory(
+                model, lambda session_id: MemstoreChatMessageHistory(session_id, store))
+            reply = chain.invoke("hi", {"configurable": {"session_id": "deprecated"}})
+        assert reply.content == "hello"
+        assert [type(w.message).__name__ for w in caught] == ["LangChainDeprecationWarning"]
+        assert str(caught[0].message).startswith("RunnableWithMessageHistory is deprecated")
+        assert [m.content for m in MemstoreChatMessageHistory("deprecated", store).messages
+                ] == ["hi", "hello"]
+    finally:
+        store.close()

@@ -7,6 +7,7 @@ import base64
 import inspect
 import json
 import re
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -14,18 +15,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
+from sqlalchemy import event as sqlalchemy_event
 
 from memstore import (
     AsyncMemoryStore,
     ContextBudgetError,
     FixedCounter,
+    ImagePart,
+    ImageURL,
     InvalidInputError,
     MemoryStore,
+    Message,
     ScoreBasedView,
     TokenLimitedView,
     UnboundedView,
 )
-from memstore.models import ImagePart, ImageURL, Message
 from memstore.tokens import ApproxCounter, TiktokenCounter
 from tests.helpers import call
 from tests.integrations import (
@@ -64,7 +68,6 @@ from openai.types.responses.response_output_item import (  # noqa: E402
 )
 from openai.types.responses.response_reasoning_item import Summary  # noqa: E402
 
-from memstore._db import ops as _ops  # noqa: E402
 from memstore.integrations.openai_agents import (  # noqa: E402
     MemstoreSession,
     items_to_messages,
@@ -412,7 +415,7 @@ def identity(message: Any) -> tuple[Any, ...]:
             message.name, {k: v for k, v in message.metadata.items() if k != "openai_agents"})
 
 
-async def test_a_failed_merge_write_changes_nothing(store: Any, monkeypatch: Any) -> None:
+async def test_a_failed_merge_write_changes_nothing(store: Any) -> None:
     session = MemstoreSession("merge-db-fail", store)
     await session.add_items([{"role": "user", "content": "hi"},
                              {"type": "reasoning", "id": "rs", "summary": []},
@@ -421,27 +424,36 @@ async def test_a_failed_merge_write_changes_nothing(store: Any, monkeypatch: Any
     await call(store.pin("merge-db-fail", 2))
     before = await session.get_items()
     stored_before = await call(store.messages("merge-db-fail"))
-    failures = [RuntimeError("database went away")]  # the next insert fails, once
-    insert = _ops.insert_message_rows
+    # the statement after the next delete of message rows fails, once (an event on the
+    # engine: memstore's public surface, no private module patched)
+    failures = [RuntimeError("database went away")]
+    deleted: list[bool] = []
+    engine = getattr(store.engine, "sync_engine", store.engine)  # (an AsyncEngine's)
 
-    def failing_insert(*args: Any, **kwargs: Any) -> Any:
-        if failures:
+    def failing_insert(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if failures and deleted:
+            deleted.clear()
             raise failures.pop()
-        return insert(*args, **kwargs)
+        if statement.lstrip().upper().startswith("DELETE FROM MEMSTORE_MESSAGES"):
+            deleted.append(True)
 
     # the merge is one transaction (store.rewrite): the response was already deleted in
-    # it when the insert failed, and the rollback puts everything back
-    monkeypatch.setattr(_ops, "insert_message_rows", failing_insert)
-    with pytest.raises(RuntimeError, match="went away"):
-        await session.add_items([{"type": "function_call", "call_id": "c2", "name": "f",
-                                  "arguments": "{}"}])
-    assert await session.get_items() == before
-    assert await call(store.messages("merge-db-fail")) == stored_before
-    # pop_item rewrites the response without its last item, in one transaction too
-    failures.append(RuntimeError("database went away"))
-    with pytest.raises(RuntimeError, match="went away"):
-        await session.pop_item()
-    monkeypatch.undo()
+    # it when the write failed, and the rollback puts everything back
+    sqlalchemy_event.listen(engine, "before_cursor_execute", failing_insert)
+    try:
+        with pytest.raises(RuntimeError, match="went away"):
+            await session.add_items([{"type": "function_call", "call_id": "c2", "name": "f",
+                                      "arguments": "{}"}])
+        assert not failures
+        assert await session.get_items() == before
+        assert await call(store.messages("merge-db-fail")) == stored_before
+        # pop_item rewrites the response without its last item, in one transaction too
+        failures.append(RuntimeError("database went away"))
+        with pytest.raises(RuntimeError, match="went away"):
+            await session.pop_item()
+        assert not failures
+    finally:
+        sqlalchemy_event.remove(engine, "before_cursor_execute", failing_insert)
     assert await session.get_items() == before
     assert await call(store.messages("merge-db-fail")) == stored_before
     assert await session.pop_item() == before[-1]
@@ -644,10 +656,37 @@ async def test_get_items_limit_without_a_view_keeps_whole_units(store: Any) -> N
     assert await plain.get_items() == [output, *got]  # without a limit: all, as stored
 
 
-@pytest.mark.parametrize("item", [
+def input_item_types() -> set[str]:
+    """Every ``type`` of the openai package's Responses API input item union."""
+    from openai.types.responses import ResponseInputItemParam
+
+    found: set[str] = set()
+
+    def literals(hint: Any) -> list[str]:
+        return [a for a in typing.get_args(hint) if isinstance(a, str)] + [
+            x for a in typing.get_args(hint) if not isinstance(a, str) for x in literals(a)]
+
+    def walk(hint: Any) -> None:
+        for arg in typing.get_args(hint):
+            walk(arg)
+        if "type" in getattr(hint, "__annotations__", {}):
+            found.update(literals(typing.get_type_hints(hint, include_extras=True)["type"]))
+
+    walk(ResponseInputItemParam)
+    return found
+
+
+#: Items that cannot become a tool-call unit: no ``call_id``, or one memstore cannot hold.
+#: The first is the shape the SDK's own session tests store
+#: (tests/memory/test_session_persistence_sanitize.py), for every item type.
+UNPAIRED: list[dict[str, Any]] = [
+    {"type": "computer_call", "id": "computer_call_abc123", "status": "completed"},
+    *({"type": t, "id": f"{t}_abc123", "status": "completed"}
+      for t in sorted(input_item_types() - {"message"})),
     {"type": "function_call", "name": "f", "arguments": "{}"},
     {"type": "function_call", "call_id": 7, "name": "f", "arguments": "{}"},
     {"type": "function_call", "call_id": "", "name": "f", "arguments": "{}"},
+    {"type": "function_call", "call_id": "x" * 300, "name": "f", "arguments": "{}"},
     {"type": "function_call_output", "output": "r"},
     {"type": "computer_call", "id": "cu", "action": {"type": "screenshot"},
      "pending_safety_checks": [], "status": "completed"},
@@ -655,20 +694,135 @@ async def test_get_items_limit_without_a_view_keeps_whole_units(store: Any) -> N
     {"type": "custom_tool_call", "name": "g", "input": "raw"},
     {"type": "custom_tool_call_output", "output": "ok"},
     {"type": "shell_call_output", "output": []},
-    # the openai package's type names only an id: the API pairs the output by call_id
     {"type": "local_shell_call_output", "id": "sh1", "output": "ok"},
-])
-async def test_calls_without_a_call_id_are_refused(store: Any, item: dict[str, Any]) -> None:
-    session = MemstoreSession("no-call-id", store)
-    await session.add_items([{"role": "user", "content": "ok"}])
-    with pytest.raises(InvalidInputError, match=f"{item['type']} item needs .*call_id"):
-        await session.add_items([{"role": "user", "content": "q"}, item])
-    with pytest.raises(InvalidInputError, match="call_id"):
-        items_to_messages([item])
-    assert await session.get_items() == [{"role": "user", "content": "ok"}]
-    # hosted calls carry no call_id and are stored as they are
-    await session.add_items([{"type": "web_search_call", "id": "ws", "status": "completed"}])
-    assert len(await session.get_items()) == 2
+]
+
+
+async def test_items_without_a_call_id_are_stored_as_they_are(store: Any, db_url: str) -> None:
+    """A session keeps what the runner hands it: an item that cannot become a tool-call
+    unit (it has no usable ``call_id``) was refused with InvalidInputError; it is kept
+    verbatim, alone or among other items, and reads back equal after a restart."""
+    assert {"computer_call", "local_shell_call", "mcp_call", "item_reference"} <= {
+        i["type"] for i in UNPAIRED}
+    session = MemstoreSession("unpaired", store)
+    history: list[dict[str, Any]] = []
+    for n, item in enumerate(UNPAIRED):
+        alone = [{"role": "user", "content": f"q{n}"}]
+        await session.add_items(alone)
+        await session.add_items([json.loads(json.dumps(item))])  # in a call of its own
+        both = [{"role": "user", "content": f"again {n}"}, json.loads(json.dumps(item)),
+                {"role": "assistant", "content": f"a{n}"}]
+        await session.add_items(both)  # and among other items
+        history += [*alone, item, *both]
+        assert await session.get_items(limit=4) == history[-4:], item
+    assert await session.get_items() == history
+    [message] = items_to_messages([UNPAIRED[0]])
+    assert messages_to_items([message]) == [UNPAIRED[0]] and not message.tool_calls
+    window = await MemstoreSession("unpaired", store, view=UnboundedView()).get_items()
+    assert window == history  # no unit is incomplete: none of them is a call
+
+    again = reopen(store, db_url)
+    try:
+        got = await MemstoreSession("unpaired", again).get_items()
+        assert got == history
+        assert [json.dumps(i, sort_keys=True) for i in got] == [
+            json.dumps(i, sort_keys=True) for i in history]
+        assert await MemstoreSession("unpaired", again).pop_item() == history[-1]
+    finally:
+        await close(again)
+
+
+def newest_oracle(items: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """What ``get_items(limit=N)`` must return, by brute force: the newest ``N`` items,
+    or the longest newer suffix in which every output has its call before it."""
+    def valid(tail: list[dict[str, Any]]) -> bool:
+        calls: set[str] = set()
+        for item in tail:
+            kind, call_id = str(item.get("type", "")), item.get("call_id")
+            if kind.endswith("_call") and isinstance(call_id, str):
+                calls.add(call_id)
+            if kind.endswith("_call_output") and call_id not in calls:
+                return False
+        return True
+
+    return next(items[start:] for start in range(max(0, len(items) - limit), len(items) + 1)
+                if valid(items[start:]))
+
+
+async def test_limit_counts_items_not_stored_messages(store: Any) -> None:
+    """``limit=N`` returned nothing when the newest response was merged with an older one
+    written by another ``add_items`` call: limits counted stored messages whole."""
+    session = MemstoreSession("limit-items", store)
+    old = {"role": "assistant", "content": "old"}
+    thought = {"type": "reasoning", "id": "rs_1", "summary": []}
+    answer = {"role": "assistant", "content": "..."}
+    await session.add_items([old])
+    await session.add_items([thought, answer])
+    assert await session.get_items(limit=1) == [answer]
+    assert await session.get_items(limit=2) == [thought, answer]
+    assert await session.get_items(limit=3) == [old, thought, answer]
+    question = {"role": "user", "content": "and?"}
+    await session.add_items([question])
+    assert await session.get_items(limit=1) == [question]
+    assert await session.get_items(limit=2) == [answer, question]
+    assert await session.get_items(limit=3) == [thought, answer, question]
+    viewed = MemstoreSession("limit-items", store, view=UnboundedView())
+    assert [await viewed.get_items(limit=n) for n in range(5)] == [
+        await session.get_items(limit=n) for n in range(5)]
+    # separate calls are separate messages: nothing demanded a merge
+    stored = await call(store.messages("limit-items"))
+    assert [len(m.metadata["openai_agents"]["items"]) for m in stored] == [1, 2, 1]
+
+
+#: ``add_items`` calls, and the stored messages' roles they must make: a call's items
+#: join the newest response only while it is open (calls unanswered, or a reasoning
+#: item last), otherwise every call starts new messages.
+BATCHES: list[list[dict[str, Any]]] = [
+    [{"role": "user", "content": "q1"}],
+    [{"role": "assistant", "content": "old"}],
+    [{"type": "reasoning", "id": "r1", "summary": []}, {"role": "assistant", "content": "..."}],
+    [{"role": "user", "content": "q2"}],
+    [{"type": "reasoning", "id": "r2", "summary": []},
+     {"type": "function_call", "call_id": "a", "name": "f", "arguments": "{}"},
+     {"type": "function_call", "call_id": "b", "name": "f", "arguments": "{}"}],
+    [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}],  # joins
+    [{"type": "function_call_output", "call_id": "a", "output": "1"},
+     {"type": "function_call_output", "call_id": "b", "output": "2"}],
+    [{"type": "function_call_output", "call_id": "c", "output": "3"},
+     {"type": "reasoning", "id": "r3", "summary": []}],
+    [{"role": "assistant", "content": "done"}],  # joins the reasoning before it
+    [{"type": "computer_call", "id": "cc_1", "status": "completed"}],
+    [{"role": "user", "content": "q3"}],
+    [{"type": "function_call", "call_id": "d", "name": "f", "arguments": "{}"}],
+]
+BATCH_ROLES = ["user", "assistant", "assistant", "user", "assistant", "tool", "tool", "tool",
+               "assistant", "assistant", "user", "assistant"]
+
+
+async def test_limit_returns_the_newest_items_that_keep_outputs_with_calls(store: Any) -> None:
+    session = MemstoreSession("limit-oracle", store)
+    for batch in BATCHES:
+        await session.add_items(batch)
+    stored = await call(store.messages("limit-oracle"))
+    assert [m.role for m in stored] == BATCH_ROLES
+    assert stored[4].tool_call_ids == ("a", "b", "c")
+    everything = [item for batch in BATCHES for item in batch]
+    assert await session.get_items() == everything
+    viewed = MemstoreSession("limit-oracle", store, view=UnboundedView())
+    window = await viewed.get_items()
+    assert window == everything[:-1]  # the pending call "d" is the turn in progress
+    for items, reader in ((everything, session), (window, viewed)):
+        for limit in range(len(items) + 2):
+            got = await reader.get_items(limit=limit)
+            assert got == newest_oracle(items, limit), (limit, reader.view)
+            assert_valid_history([i for i in got if i.get("call_id") != "d"])
+            if limit:
+                assert got, limit  # never empty: the newest item is never an output here
+                assert got[-1] == items[-1]
+    # cut inside the call unit: the outputs of "a" and "b" cannot go without their calls
+    outputs_start = everything.index(BATCHES[6][0])
+    assert await session.get_items(limit=len(everything) - outputs_start) == everything[
+        everything.index(BATCHES[7][1]):]
 
 
 @pytest.mark.parametrize("view", [None, UnboundedView()])
@@ -895,10 +1049,8 @@ OUTPUTS: list[tuple[dict[str, Any], dict[str, Any], Any, str]] = [
 
 
 def test_outputs_cover_every_call_output_type() -> None:
-    from memstore.integrations.openai_agents import _CALL_ID_TYPES
-
     assert {o["type"] for _, o, _, _ in OUTPUTS} == {
-        t for t in _CALL_ID_TYPES if t.endswith("_output")}
+        t for t in input_item_types() if t.endswith("_call_output")}
 
 
 @pytest.mark.parametrize("counting", ["store", "tiktoken", "approx"])
