@@ -52,6 +52,7 @@ from memstore.context.strategies import summary_text
 from memstore.errors import (
     ConfigurationError,
     ConflictError,
+    ConversationNotFoundError,
     DatabaseNotFoundError,
     InvalidInputError,
     StoreClosedError,
@@ -67,7 +68,6 @@ from memstore.models import (
 )
 from memstore.tokens import TokenCounter, count_each, default_counter, validate_counter
 from memstore.views import ContextView
-from memstore.views.window import ContextWindow
 
 T = TypeVar("T")
 E = TypeVar("E")
@@ -835,12 +835,6 @@ def summarize_steps(
     )
 
 
-def empty_window(conversation_id: str, view: ContextView, default: TokenCounter) -> ContextWindow:
-    """The window of a conversation that does not exist yet (a context before its first add)."""
-    result = view.apply([], view.resolve_counter(default))
-    return result.model_copy(update={"conversation_id": conversation_id})
-
-
 def empty_state(conversation_id: str, view: ContextView) -> ConversationState:
     """The snapshot of a conversation that does not exist yet (a context before its first add).
 
@@ -919,7 +913,7 @@ class Pager:
 
 def read_stream_page(
     conn: Connection, pager: Pager, cid: str, start: int | None, stop: int | None,
-    summaries: list[Summary] | None,
+    summaries: list[Summary] | None, missing_ok: bool = False,
 ) -> tuple[Conversation | None, list[StoredMessage], bool]:
     """The next page of a stream on ``conn``: (header or ``None``, messages, more to come).
 
@@ -927,13 +921,20 @@ def read_stream_page(
     The first read on a connection begins its snapshot: ``REPEATABLE READ READ ONLY`` on
     PostgreSQL, a read transaction on SQLite. With ``summaries`` given, the first page
     also reads the conversation's summaries into that list (the header's snapshot).
+    With ``missing_ok``, a conversation that was never written is one empty last page
+    (``iter_messages``); otherwise it is a ConversationNotFoundError (export, state).
     """
     if not conn.in_transaction():
         apply_options(conn, read_options(conn.dialect.name, snapshot=True))
         conn.begin()
-    head, page, last_seq = _snapshots.read_page(
-        conn, cid, start, stop, pager.after, pager.size,
-        summaries if pager.after is None else None)
+    try:
+        head, page, last_seq = _snapshots.read_page(
+            conn, cid, start, stop, pager.after, pager.size,
+            summaries if pager.after is None else None)
+    except ConversationNotFoundError:
+        if not missing_ok:
+            raise
+        return None, [], False
     page, more = pager.take(page, last_seq)
     return head, page, more
 

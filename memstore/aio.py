@@ -485,11 +485,11 @@ class AsyncMemoryStore:
     def _iter(
         self, cid: str, start: int | None, stop: int | None, size: int
     ) -> AsyncIterator[StoredMessage]:
-        return _Messages(self._stream(cid, start, stop, size))
+        return _Messages(self._stream(cid, start, stop, size, missing_ok=True))
 
     async def _stream(
         self, cid: str, start: int | None, stop: int | None, size: int,
-        summaries: list[Summary] | None = None,
+        summaries: list[Summary] | None = None, *, missing_ok: bool = False,
     ) -> AsyncGenerator[tuple[Conversation | None, list[StoredMessage]], None]:
         # One generator, not a chain of them: when a loop shuts down it closes every
         # unfinished async generator at once, and a generator closing the one it wraps
@@ -510,7 +510,8 @@ class AsyncMemoryStore:
                             if conn is None:
                                 conn = await self._engine.connect()
                             head, page, more = await conn.run_sync(
-                                _base.read_stream_page, pager, cid, start, stop, summaries)
+                                _base.read_stream_page, pager, cid, start, stop, summaries,
+                                missing_ok)
                             if not pager.snapshot:
                                 await conn.close()
                                 conn = None
@@ -646,10 +647,7 @@ class AsyncChatContext:
 
     async def get_window(self) -> ContextWindow:
         """The view's window with its token count and report."""
-        try:
-            return await self._store.window(self.conversation_id, self.view)
-        except ConversationNotFoundError:
-            return _base.empty_window(self.conversation_id, self.view, self._store.counter)
+        return await self._store.window(self.conversation_id, self.view)
 
     async def clear(self) -> int:
         """Delete every stored message of the conversation (0 if it has none)."""

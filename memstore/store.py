@@ -292,7 +292,10 @@ class MemoryStore:
         limit: int | None = None,
         newest_first: bool = False,
     ) -> list[StoredMessage]:
-        """Stored messages with ``start <= seq < stop``, chronological or newest first."""
+        """Stored messages with ``start <= seq < stop``, chronological or newest first.
+
+        ``[]`` for a conversation that was never written (no error: see ``window``).
+        """
         plan = self._plan.messages(conversation_id, start, stop, limit, newest_first)
         return self._execute(plan)  # type: ignore[no-any-return]
 
@@ -301,7 +304,7 @@ class MemoryStore:
         return self._execute(self._plan.get_message(conversation_id, seq))  # type: ignore[no-any-return]
 
     def count_tokens(self, conversation_id: str) -> int:
-        """Sum of the stored per-message token counts of a conversation (O(1))."""
+        """Sum of the stored per-message token counts of a conversation (O(1)); 0 if unknown."""
         return self._execute(self._plan.count_tokens(conversation_id))  # type: ignore[no-any-return]
 
     def window(self, conversation_id: str, view: ContextView) -> ContextWindow:
@@ -316,8 +319,11 @@ class MemoryStore:
         ``tool_calls`` raises `ReadOnlyError`; change a copy
         (``message.model_copy(deep=True)``).
 
+        A conversation that was never written has an empty window (its report's
+        ``conversation_exists`` is ``False``), as ``messages`` and ``count_tokens``
+        are empty: an agent's first turn needs no special case.
+
         Raises:
-            ConversationNotFoundError: unknown conversation.
             ContextBudgetError: anchored messages and the newest complete unit do not
                 fit a budgeted view's limit.
             InvalidInputError: a bad conversation id, or ``view`` is not a
@@ -460,8 +466,8 @@ class MemoryStore:
         Reads keyset pages of ``page_size`` messages (each one indexed range read),
         all from one snapshot: the iteration sees the conversation as it was at the
         first page, whatever is written meanwhile, and memory stays bounded by one
-        page however long the conversation is. Arguments are checked at once;
-        ``ConversationNotFoundError`` is raised by the first ``next()``. Close the
+        page however long the conversation is. Arguments are checked at once; a
+        conversation that was never written gives no messages. Close the
         iterator (or exhaust it) to release its connection.
 
         An in-memory database (``sqlite://``) has one connection, which cannot hold a
@@ -476,11 +482,12 @@ class MemoryStore:
             page_size: messages per page (1–100000).
         """
         cid, start, stop, size = _base.check_page_args(conversation_id, start, stop, page_size)
-        return (m for _, page in self._stream(cid, start, stop, size) for m in page)
+        return (m for _, page in self._stream(cid, start, stop, size, missing_ok=True)
+                for m in page)
 
     def _stream(
         self, cid: str, start: int | None, stop: int | None, size: int,
-        summaries: list[Summary] | None = None,
+        summaries: list[Summary] | None = None, *, missing_ok: bool = False,
     ) -> Generator[tuple[Conversation | None, list[StoredMessage]], None, None]:
         """Keyset pages from one snapshot; the first item carries the conversation.
 
@@ -499,7 +506,7 @@ class MemoryStore:
                     if conn is None:
                         conn = self._engine.connect()
                     head, page, more = _base.read_stream_page(conn, pager, cid, start, stop,
-                                                              summaries)
+                                                              summaries, missing_ok)
                     if not pager.snapshot:
                         conn.close()
                         conn = None
@@ -684,10 +691,7 @@ class ChatContext:
 
     def get_window(self) -> ContextWindow:
         """The view's window with its token count and report."""
-        try:
-            return self._store.window(self.conversation_id, self.view)
-        except ConversationNotFoundError:
-            return _base.empty_window(self.conversation_id, self.view, self._store.counter)
+        return self._store.window(self.conversation_id, self.view)
 
     def clear(self) -> int:
         """Delete every stored message of the conversation (0 if it has none)."""

@@ -61,9 +61,7 @@ async def test_create_get_list_delete_conversation(store: Any) -> None:
 async def test_unknown_ids_raise_not_found(store: Any) -> None:
     for method, args in [
         ("get_conversation", ("nope",)),
-        ("messages", ("nope",)),
         ("get_message", ("nope", 1)),
-        ("count_tokens", ("nope",)),
         ("set_score", ("nope", 1, 2.0)),
         ("pin", ("nope", 1)),
         ("unpin", ("nope", 1)),
@@ -423,3 +421,44 @@ def test_a_store_collected_without_close_releases_its_connections(
     gc.collect()
     assert kept == []  # the caller's engine keeps its connections
     injected.dispose()
+
+
+async def test_reads_of_a_conversation_never_written_are_empty(store: Any) -> None:
+    from memstore import (
+        BufferedView,
+        HeadAndTailView,
+        RecentTurnsView,
+        ScoreBasedView,
+        SummaryView,
+        TokenLimitedView,
+        UnboundedView,
+    )
+
+    assert await call(store.messages("new")) == []
+    assert await call(store.messages("new", limit=3, newest_first=True)) == []
+    assert await call(store.count_tokens("new")) == 0
+    stream = store.iter_messages("new")
+    if hasattr(stream, "__anext__"):
+        assert [m async for m in stream] == []
+    else:
+        assert list(stream) == []
+    views = [UnboundedView(), BufferedView(3), HeadAndTailView(1, 1), RecentTurnsView(2),
+             TokenLimitedView(100, reserve=99), ScoreBasedView(50), SummaryView(80)]
+    for view in views:
+        window = await call(store.window("new", view))
+        assert window.messages == [] and window.token_count == 0, view
+        assert window.report.conversation_exists is False and window.conversation_id == "new"
+        assert window.report.conversation_message_count == 0
+        assert window.to_openai() == []
+    context = store.context("new", BufferedView(4))
+    assert await call(context.get_messages()) == []
+    # Reading created nothing: the conversation is still unknown to the calls that raise.
+    with pytest.raises(ConversationNotFoundError, match="'new'"):
+        await call(store.get_conversation("new"))
+    assert "new" not in [c.id for c in await call(store.list_conversations())]
+    # Once written, the same reads see it, and the report says it exists.
+    await call(store.append("new", Message.user("hi")))
+    window = await call(store.window("new", UnboundedView()))
+    assert [m.text for m in window.messages] == ["hi"]
+    assert window.report.conversation_exists is True
+    assert await call(store.count_tokens("new")) > 0

@@ -566,8 +566,7 @@ def read_messages(
     limit: int | None,
     newest_first: bool,
 ) -> list[StoredMessage]:
-    """Messages of one conversation in a seq range."""
-    conversation_row(conn, cid)
+    """Messages of one conversation in a seq range (none for an unknown conversation)."""
     stmt = q.messages_range(cid, start=start, stop=stop, limit=limit, newest_first=newest_first)
     return [to_stored(r) for r in conn.execute(stmt)]
 
@@ -582,8 +581,12 @@ def get_message(conn: Connection, cid: str, seq: int) -> StoredMessage:
 
 
 def count_tokens(conn: Connection, cid: str) -> int:
-    """Sum of the stored per-message token counts (from the conversation row, O(1))."""
-    return int(conversation_row(conn, cid).token_count)
+    """Sum of the stored per-message token counts (from the conversation row, O(1)).
+
+    0 for a conversation that was never written, like its empty message list.
+    """
+    row = conn.execute(q.conversation(cid)).first()
+    return 0 if row is None else int(row.token_count)
 
 
 def stats(conn: Connection) -> StoreStats:

@@ -19,7 +19,7 @@ from memstore._db.rows import decode_raw, driver_error, to_summary
 from memstore.errors import ConversationNotFoundError
 from memstore.models import StoredMessage, Summary
 from memstore.views.base import checked_window
-from memstore.views.history import SourceBase
+from memstore.views.history import ListHistory, SourceBase
 
 __all__ = ["UNTRUSTED_EPOCH", "SQLHistory", "StaleRead", "window"]
 
@@ -379,7 +379,13 @@ def window(conn: Connection, cid: str, view: Any, counter: Any,
         # cold 4k window over 2,000 conversations, measured side by side).
         limit = getattr(view, "token_limit", None)
         budget = limit if isinstance(limit, int) else None
-    source = SQLHistory(conn, cid, cache, budget)
+    try:
+        source = SQLHistory(conn, cid, cache, budget)
+    except ConversationNotFoundError:
+        # Never written: the view over an empty history, and a report that says so.
+        empty = checked_window(view, view.select(ListHistory([]), counter))
+        report = empty.report.model_copy(update={"conversation_exists": False})
+        return empty.model_copy(update={"report": report, "conversation_id": cid})
     result = checked_window(view, view.select(source, counter))
     source.remember()
     return result

@@ -342,6 +342,7 @@ class _Ledger:
             "rows_read": self.source.rows_read,
             "summary_range": summary_range,
             "unsummarized": unsummarized,
+            "conversation_exists": True,
         })
         return build_trusted(ContextWindow, {
             "conversation_id": self.source.conversation_id,

@@ -56,6 +56,9 @@ class WindowReport(BaseModel):
 
     Attributes:
         view: the view's class name.
+        conversation_exists: ``False`` when the conversation was never written: the
+            window is empty (a first turn needs no special case), as are
+            ``messages()`` and ``count_tokens()``.
         counter: the name of the token counter used.
         conversation_message_count: messages stored in the conversation.
         included_count: stored messages in the window (placeholder excluded).
@@ -89,6 +92,7 @@ class WindowReport(BaseModel):
     rows_read: int = 0
     summary_range: tuple[int, int] | None = None
     unsummarized: int = 0
+    conversation_exists: bool = True
 
     @property
     def omitted_count(self) -> int:
