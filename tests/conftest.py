@@ -21,8 +21,46 @@ from sqlalchemy.engine import make_url
 
 from memstore import migrate
 from memstore.tokens import FixedCounter
+from tests.helpers import FULL, QUICK_FRACTION
 
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The quick suite (the README's command) leaves out the stress tests.
+
+    Those are the tests marked ``slow`` and the second run of the store's contract on
+    PostgreSQL's partitioned layout (``*__partitioned``, tests/test_partitioned.py);
+    the layout's own tests (one partition per hot statement) stay in.
+    """
+    if FULL:
+        return
+
+    def stress(item: pytest.Item) -> bool:
+        return (item.get_closest_marker("slow") is not None
+                or item.name.split("[")[0].endswith("__partitioned"))
+
+    slow = [item for item in items if stress(item)]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not stress(item)]
+        config.stash[_LEFT_OUT] = len(slow)
+
+
+_LEFT_OUT = pytest.StashKey[int]()
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """Say what ran: the quick suite or the whole one, and how to run the rest."""
+    if FULL:
+        terminalreporter.write_line(
+            "memstore: the whole suite ran (every property test at full strength, the "
+            "stress tests too).")
+        return
+    terminalreporter.write_line(
+        f"memstore: the quick suite ran: property tests on 1/{QUICK_FRACTION} of their "
+        f"examples, {config.stash.get(_LEFT_OUT, 0)} stress tests left out (deselected). "
+        "The whole suite, as CI runs it: MEMSTORE_FULL_TESTS=1 .venv/bin/python -m pytest -q")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

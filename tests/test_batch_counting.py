@@ -19,6 +19,7 @@ from memstore.errors import ConfigurationError, InvalidInputError
 from memstore.models import Message, TextPart, ToolCall
 from memstore.tokens import BaseTokenCounter, FixedCounter, TiktokenCounter, _parallel, count_each
 from memstore.tokens._openai import _text_chars
+from tests.helpers import examples
 
 #: Characters a message may hold (no NUL, no lone surrogates).
 STORABLE = st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",))
@@ -96,7 +97,7 @@ def test_count_each_equals_count_message_on_any_number_of_threads(threads: int) 
         assert count_each(counter, messages) == expected
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.lists(st.text(STORABLE, max_size=3_000), max_size=40))
 def test_count_each_matches_count_message_for_any_texts(texts: list[str]) -> None:
     counter = TiktokenCounter(threads=2)
@@ -152,7 +153,7 @@ def test_text_chars_counts_what_is_encoded() -> None:
 # ---- the pool ------------------------------------------------------------------------------
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.integers(0, 50), max_size=30), st.integers(1, 6), st.integers(0, 200))
 def test_split_by_size_keeps_order_and_bounds(sizes: list[int], parts: int, least: int) -> None:
     chunks = _parallel.split_by_size(sizes, parts, lambda n: n, least)

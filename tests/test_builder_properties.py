@@ -39,8 +39,9 @@ from memstore import (
     UnboundedView,
 )
 from memstore.views.units import group_units
+from tests.helpers import examples
 
-SETTINGS = settings(max_examples=120, derandomize=True, deadline=None,
+SETTINGS = settings(max_examples=examples(120), derandomize=True, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
 

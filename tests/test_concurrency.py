@@ -121,6 +121,7 @@ def test_loads_into_a_conversation_being_created_concurrently_do_not_conflict(
     assert errors == []
 
 
+@pytest.mark.slow
 def test_writers_waiting_on_a_replacing_load_find_the_conversation(db_url: str) -> None:
     """A replacing load deleted the conversation row and inserted it again: on
     PostgreSQL a writer waiting for the row's lock then found no row, and clear, pop,

@@ -57,6 +57,7 @@ def _writer(url: str, round_: int, batches: int) -> None:
 # ---- killed writers -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_sigkilled_writers_lose_duplicate_or_half_write_nothing(db_url: str) -> None:
     """SIGKILL a writer at a random moment; retrying every batch with the same client ids
     stores each message exactly once, in order, and no batch is ever half-written."""

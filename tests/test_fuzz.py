@@ -48,18 +48,19 @@ from memstore.errors import (
 from memstore.models import ConversationState, Message, StoredMessage, ToolCall
 from memstore.tokens import FixedCounter
 from memstore.views.window import ContextWindow
+from tests.helpers import examples
 
 REJECTED = (pydantic.ValidationError, MemstoreError)
 
 FUZZ = settings(
     derandomize=True,
     database=None,
-    max_examples=40,
+    max_examples=examples(40),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                            HealthCheck.data_too_large, HealthCheck.filter_too_much],
 )
-PURE = settings(FUZZ, max_examples=150)
+PURE = settings(FUZZ, max_examples=examples(150))
 
 # ---- strategies ------------------------------------------------------------------------
 
@@ -399,7 +400,7 @@ def test_message_constructor_accepts_exactly_or_rejects(fields: dict[str, Any]) 
 # ---- append / extend / read back ----------------------------------------------------------
 
 
-@settings(FUZZ, max_examples=80)
+@settings(FUZZ, max_examples=examples(80))
 @given(batch=st.lists(messages(), min_size=1, max_size=4), prior=st.booleans(),
        one=st.booleans())
 def test_append_and_extend_store_exactly_or_write_nothing(

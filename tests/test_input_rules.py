@@ -38,7 +38,7 @@ from memstore.errors import (
 )
 from memstore.models import ImagePart, ImageURL, StoredMessage
 from memstore.tokens import FixedCounter
-from tests.helpers import call
+from tests.helpers import call, examples
 
 SURROGATE = "a\ud800"
 
@@ -533,6 +533,7 @@ def test_records_over_the_size_bound_are_refused_by_name() -> None:
                                                "arguments": json.dumps({"a": half + half})}])
 
 
+@pytest.mark.slow
 async def test_records_at_the_size_bound_round_trip_on_both_databases(store: Any) -> None:
     from memstore._validate import MAX_RECORD_BYTES
 
@@ -565,7 +566,7 @@ _JSON_SCALARS = (st.none() | st.booleans() | st.integers(min_value=-(10**60), ma
                                                   blacklist_characters="\x00")))
 
 
-@settings(max_examples=300, deadline=None, derandomize=True)
+@settings(max_examples=examples(300), deadline=None, derandomize=True)
 @given(st.recursive(_JSON_SCALARS, lambda inner: st.lists(inner, max_size=5)
                     | st.dictionaries(st.text(max_size=8).filter(lambda k: "\x00" not in k
                                                                  and k.isprintable()),

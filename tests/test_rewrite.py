@@ -420,6 +420,7 @@ def writer(db_url: str, counter: Any, stop: threading.Event, written: list[str],
         other.close()
 
 
+@pytest.mark.slow
 async def test_appends_during_rewrites_are_never_lost(
         store: Any, db_url: str, counter: Any) -> None:
     await call(store.extend("race", [Message.user(f"drop-{i}") for i in range(50)]

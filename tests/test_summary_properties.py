@@ -22,6 +22,7 @@ from memstore.models import StoredMessage, Summary
 from memstore.tokens import TokenCounter, count_tool_schemas
 from memstore.views.history import ListHistory
 from memstore.views.summary import SummaryView, plan_fold
+from tests.helpers import examples
 from tests.test_view_properties import (
     PROPS,
     Case,
@@ -38,7 +39,7 @@ from tests.test_view_properties import (
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 #: The view properties' settings with fewer examples: each one summarizes several times.
-SUMMARY_PROPS = settings(PROPS, max_examples=120)
+SUMMARY_PROPS = settings(PROPS, max_examples=examples(120))
 
 
 def make_summary(number: int, first: int, last: int, counter: TokenCounter) -> Summary:

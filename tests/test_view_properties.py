@@ -45,12 +45,13 @@ from memstore.views.units import (
     group_units,
 )
 from memstore.views.window import ContextWindow
+from tests.helpers import examples
 from tests.viewcases import CALL, PER_MESSAGE, RES, T0, U, stored
 
 PROPS = settings(
     derandomize=True,
     database=None,
-    max_examples=300,
+    max_examples=examples(300),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

@@ -20,7 +20,7 @@ from memstore import (
     ToolCall,
     UnboundedView,
 )
-from tests.helpers import call
+from tests.helpers import call, examples
 from tests.integrations import (
     BUDGETED_VIEWS,
     assert_constructor_refuses_what_the_store_would,
@@ -496,14 +496,14 @@ _message = st.one_of(
 )
 
 
-@settings(max_examples=150, derandomize=True, deadline=None)
+@settings(max_examples=examples(150), derandomize=True, deadline=None)
 @given(st.lists(_message, max_size=6))
 def test_round_trip_is_identity(messages: list[Any]) -> None:
     stored = [m for message in messages for m in to_memstore(message)]
     assert dumps(from_memstore(stored)) == dumps(messages)
 
 
-@settings(max_examples=15, derandomize=True, deadline=None,
+@settings(max_examples=examples(15), derandomize=True, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(messages=st.lists(_message, min_size=1, max_size=5))
 async def test_round_trip_through_the_database(store: Any, messages: list[Any]) -> None:

@@ -28,7 +28,7 @@ from memstore import (
     TokenLimitedView,
     UnboundedView,
 )
-from tests.helpers import call
+from tests.helpers import call, examples
 from tests.integrations import assert_openai_history_valid, require
 
 require("camel")
@@ -411,7 +411,7 @@ def records(draw: st.DrawFn) -> MemoryRecord:
     return MemoryRecord(message=message, role_at_backend=OpenAIBackendRole.ASSISTANT, **common)
 
 
-@settings(max_examples=60, derandomize=True, deadline=None,
+@settings(max_examples=examples(60), derandomize=True, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(record=records())
 def test_records_round_trip(record: MemoryRecord) -> None:

@@ -29,7 +29,7 @@ from memstore.formats import (
     with_cache_control,
     with_hints,
 )
-from tests.helpers import call
+from tests.helpers import call, examples
 from tests.integrations import require
 
 anthropic_types = require("anthropic.types")
@@ -252,7 +252,7 @@ def _conversation(draw: st.DrawFn) -> list[dict[str, Any]]:
     return turns
 
 
-@settings(max_examples=60, derandomize=True, deadline=None,
+@settings(max_examples=examples(60), derandomize=True, deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(_conversation())
 def test_anthropic_round_trip_is_identity(turns: list[dict[str, Any]]) -> None:

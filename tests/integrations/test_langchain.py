@@ -33,7 +33,7 @@ from memstore import (
     ToolCall,
     UnboundedView,
 )
-from tests.helpers import call
+from tests.helpers import call, examples
 from tests.integrations import (
     BUDGETED_VIEWS,
     assert_constructor_refuses_what_the_store_would,
@@ -644,7 +644,7 @@ _message = st.one_of(
 )
 
 
-@settings(max_examples=200, derandomize=True, deadline=None)
+@settings(max_examples=examples(200), derandomize=True, deadline=None)
 @given(st.lists(_message, max_size=5))
 def test_round_trip_is_identity(messages: list[BaseMessage]) -> None:
     assert from_memstore([to_memstore(m) for m in messages]) == messages
@@ -653,7 +653,7 @@ def test_round_trip_is_identity(messages: list[BaseMessage]) -> None:
 _cids = itertools.count()
 
 
-@settings(max_examples=15, derandomize=True, deadline=None,
+@settings(max_examples=examples(15), derandomize=True, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(messages=st.lists(_message, min_size=1, max_size=5))
 async def test_round_trip_through_the_database(store: Any, messages: list[BaseMessage]) -> None:

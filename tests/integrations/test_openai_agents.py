@@ -31,7 +31,7 @@ from memstore import (
     UnboundedView,
 )
 from memstore.tokens import ApproxCounter, TiktokenCounter
-from tests.helpers import call
+from tests.helpers import call, examples
 from tests.integrations import (
     assert_constructor_refuses_what_the_store_would,
     open_store,
@@ -925,7 +925,7 @@ def histories(draw: st.DrawFn) -> list[dict[str, Any]]:
     return items
 
 
-@settings(max_examples=40, derandomize=True, deadline=None,
+@settings(max_examples=examples(40), derandomize=True, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(history=histories())
 def test_items_round_trip_through_messages(history: list[dict[str, Any]]) -> None:
