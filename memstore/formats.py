@@ -12,14 +12,18 @@ other two request shapes agents use, and reads Anthropic messages back:
   out when there are none). Tool calls become ``tool_use`` blocks, tool results
   ``tool_result`` blocks in a user turn, and consecutive turns of the same role are
   merged into one (Anthropic requires alternating turns). Images become image
-  blocks: a ``data:`` URI a ``base64`` source, any other URL a ``url`` source.
-  Empty text is left out (Anthropic rejects empty text blocks), and a message left
-  with no block at all is skipped. ``name`` has no Anthropic field and is dropped.
+  blocks (in user turns and inside tool results): a ``data:`` URI a ``base64``
+  source, any other URL a ``url`` source. Empty text is left out (Anthropic
+  rejects empty text blocks), and a message left with no block at all is skipped.
+  ``name`` has no Anthropic field and is dropped. The first turn is a user turn:
+  a leading assistant turn gets a ``"(continued)"`` user turn before it, or is
+  dropped or refused (``leading_assistant=``).
 * `from_anthropic()` (``Message.from_anthropic()``): one Anthropic message
   param → a list of memstore messages. A user turn may hold several
   ``tool_result`` blocks: each becomes its own ``tool`` message (memstore keeps one
-  result per message), and the text and image blocks around them become user
-  messages, in their order.
+  result per message, its text and images), and the text and image blocks around
+  them become user messages, in their order. An assistant turn's thinking blocks
+  are kept, unchanged, as the message's ``thinking`` hint.
 * `to_responses()` (``ContextWindow.to_responses()``): OpenAI Responses API
   input items: ``message`` items for text and images, one ``function_call`` item
   per tool call and one ``function_call_output`` item per tool result.
@@ -29,14 +33,18 @@ Rendering hints live in a message's metadata under ``metadata["memstore"]``
 with `with_hints()`:
 
 * ``cache_control``: an Anthropic cache-control object (``{"type": "ephemeral"}``,
-  optionally with ``"ttl"``) marking a prompt-cache breakpoint. `to_anthropic()`
-  puts it on the message's last content block; the ``ContextBuilder`` stamps it on
-  a block's last message. OpenAI caches prompt prefixes by itself, so
-  ``ContextWindow.to_openai()`` and `to_responses()` leave it out.
+  optionally with ``"ttl": "5m"`` or ``"1h"``, nothing else: `check_cache_control()`)
+  marking a prompt-cache breakpoint. `to_anthropic()` puts it on the message's last
+  content block; the ``ContextBuilder`` stamps it on a block's last message. OpenAI
+  caches prompt prefixes by itself, so ``ContextWindow.to_openai()`` and
+  `to_responses()` leave it out.
 * ``is_error``: ``True`` on a tool result that reports a failure;
   `to_anthropic()` sets the ``tool_result`` block's ``is_error``.
+* ``thinking``: an assistant message's Anthropic ``thinking``/``redacted_thinking``
+  blocks (`thinking_of()`), which `to_anthropic()` sends back first in its turn,
+  byte for byte; the OpenAI renderings leave them out.
 
-`from_anthropic()` sets both from the blocks it reads.
+`from_anthropic()` sets all three from the blocks it reads.
 """
 
 from __future__ import annotations
@@ -45,28 +53,53 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Literal
 
-from memstore._validate import check_json
+from memstore._validate import check_json, short_repr
 from memstore.errors import InvalidInputError, MemstoreError
 from memstore.models import ImagePart, Message, TextPart, ToolCall
-from memstore.models.message import HINTS_KEY, _hints, from_anthropic, with_hints
+from memstore.models.message import (
+    CACHE_TTLS,
+    HINTS_KEY,
+    TOOL_IMAGE_OMITTED,
+    _hints,
+    check_cache_control,
+    check_thinking,
+    from_anthropic,
+    with_hints,
+)
 
 __all__ = [
     "ANTHROPIC_IMAGE_TYPES",
+    "CACHE_TTLS",
     "HINTS_KEY",
+    "LEADING_USER_TEXT",
+    "TOOL_IMAGE_OMITTED",
+    "LeadingAssistant",
     "cache_control_of",
+    "check_cache_control",
+    "check_thinking",
     "from_anthropic",
     "is_error_of",
+    "thinking_of",
     "to_anthropic",
     "to_responses",
     "with_cache_control",
     "with_hints",
 ]
 
-#: The metadata key holding memstore's rendering hints (``cache_control``, ``is_error``).
 #: Image media types the Anthropic Messages API accepts in a base64 source.
 ANTHROPIC_IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+
+#: The text of the user turn `to_anthropic()` puts before a leading assistant turn
+#: (``leading_assistant="insert"``, the default).
+LEADING_USER_TEXT = "(continued)"
+
+#: What `to_anthropic()` does when the first turn would be an assistant turn:
+#: ``"insert"`` a user turn before it, ``"drop"`` the leading assistant turns with the
+#: tool results answering them, ``"raise"`` `InvalidInputError`, or ``"keep"`` it.
+LeadingAssistant = Literal["insert", "drop", "raise", "keep"]
+_LEADING_CHOICES = ("insert", "drop", "raise", "keep")
 
 _DATA_URI = re.compile(r"^data:(?P<type>[\w.+-]+/[\w.+-]+)(?:;[^,;]*)*;base64,(?P<data>.*)$", re.S)
 
@@ -76,17 +109,44 @@ def cache_control_of(message: Message) -> dict[str, Any] | None:
     """The cache-control object stamped on ``message``, or ``None``.
 
     Raises:
-        InvalidInputError: ``metadata["memstore"]["cache_control"]`` is not an object.
+        InvalidInputError: ``metadata["memstore"]["cache_control"]`` is not an object
+            Anthropic accepts (``{"type": "ephemeral"}``, optionally with ``"ttl"``
+            ``"5m"`` or ``"1h"``; see `check_cache_control()`), naming the message.
     """
     value = _hints(message.metadata).get("cache_control")
     if value is None:
         return None
+    where = f'metadata["{HINTS_KEY}"]["cache_control"]'
     if not isinstance(value, Mapping):
         raise InvalidInputError(
-            f'metadata["{HINTS_KEY}"]["cache_control"] must be an object such as '
+            f'{_where(message)}: {where} must be an object such as '
             f'{{"type": "ephemeral"}}, not {type(value).__name__}'
         )
-    return dict(value)
+    try:
+        return check_cache_control(value, where)
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"{_where(message)}: {exc}") from None
+
+
+def thinking_of(message: Message) -> list[dict[str, str]]:
+    """The Anthropic thinking blocks stored with an assistant message (``[]`` when none).
+
+    They are the message's ``thinking`` hint (``metadata["memstore"]["thinking"]``),
+    set by `from_anthropic()` or `with_hints()`, in their original order.
+
+    Raises:
+        InvalidInputError: the hint is not a list of thinking blocks, or is on a
+            message that is not an assistant message.
+    """
+    value = _hints(message.metadata).get("thinking")
+    if value is None:
+        return []
+    if message.role != "assistant":
+        raise InvalidInputError(
+            f'{_where(message)}: metadata["{HINTS_KEY}"]["thinking"] is only for '
+            "assistant messages (Anthropic thinking blocks are assistant content)"
+        )
+    return check_thinking(value, f'{_where(message)}: metadata["{HINTS_KEY}"]["thinking"]')
 
 
 def is_error_of(message: Message) -> bool | None:
@@ -100,11 +160,14 @@ def with_cache_control(message: Message, cache_control: Mapping[str, Any] | None
 
     Args:
         message: the message to copy (a stored message stays a stored message).
-        cache_control: the cache-control object; default ``{"type": "ephemeral"}``.
+        cache_control: the cache-control object: ``{"type": "ephemeral"}`` (the
+            default), optionally with ``"ttl": "5m"`` or ``"ttl": "1h"``.
 
     Raises:
         InvalidInputError: ``cache_control`` is not a JSON object both databases store
-            exactly (NaN, sets, NUL characters, non-string keys ...).
+            exactly (NaN, sets, NUL characters, non-string keys ...), or not one the
+            Anthropic API accepts (another ``type``, another ``ttl``, another key),
+            naming what is wrong.
     """
     if cache_control is not None and not isinstance(cache_control, Mapping):
         raise InvalidInputError(
@@ -117,7 +180,8 @@ def with_cache_control(message: Message, cache_control: Mapping[str, Any] | None
     except ValueError as exc:
         raise InvalidInputError(str(exc)) from None
     return message.model_copy(
-        update={"metadata": with_hints(message.metadata, cache_control=value)})
+        update={"metadata": with_hints(message.metadata,
+                                       cache_control=check_cache_control(value))})
 
 
 # ---- Anthropic ----------------------------------------------------------------------------
@@ -127,7 +191,7 @@ def _where(message: Message) -> str:
     seq = getattr(message, "seq", None)
     if seq is not None:
         return f"message seq {seq}"
-    return f"{'an' if message.role[0] in 'aeiou' else 'a'} {message.role} message"
+    return f"{'an' if message.role == 'assistant' else 'a'} {message.role} message"
 
 
 def _anthropic_image(part: ImagePart, message: Message) -> dict[str, Any]:
@@ -252,7 +316,15 @@ def _message_blocks(message: Message, ids: _ToolUseIds) -> list[dict[str, Any]]:
     for call in message.tool_calls or ():
         blocks.append({"type": "tool_use", "id": ids.call(call.id), "name": call.name,
                        "input": _tool_input(call, message)})
+    thinking = thinking_of(message)
+    if thinking:
+        # Sent back first and unchanged: Anthropic verifies each block's signature.
+        return [*thinking, *blocks]
     return blocks
+
+
+_THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
+_TOOL_RESULT_TYPES = frozenset({"tool_result"})
 
 
 def message_list(messages: Any, what: str,
@@ -280,11 +352,32 @@ def message_list(messages: Any, what: str,
     return items
 
 
-def to_anthropic(messages: Iterable[Message]) -> dict[str, Any]:
+def to_anthropic(messages: Iterable[Message], *,
+                 leading_assistant: LeadingAssistant = "insert",
+                 leading_text: str = LEADING_USER_TEXT) -> dict[str, Any]:
     """Render messages as an Anthropic Messages API request body (``system`` + ``messages``).
+
+    The first turn of the result is a user turn, as Anthropic-compatible endpoints
+    (Bedrock, Vertex AI, older API versions) require. When the messages would start
+    with an assistant turn (a budget cut the question an answer follows, an assistant
+    greeting, an agent's opening tool call), ``leading_assistant`` decides:
+
+    * ``"insert"`` (default): a user turn holding ``leading_text`` (``"(continued)"``)
+      goes first. Every message is sent, so the window's report stays exact; the
+      inserted turn is not in ``window.token_count`` (a few tokens).
+    * ``"drop"``: leading assistant turns are left out, together with the
+      ``tool_result`` blocks answering their calls (whole units), until the first
+      user turn. The window's report does not know of this rendering choice; read
+      the window with ``start_on_user=True`` to have the view leave those units out
+      and report them (reason ``"start_on_user"``). Raises `InvalidInputError` when
+      no user turn would remain.
+    * ``"raise"``: `InvalidInputError`, naming the message.
+    * ``"keep"``: send it as it is (for the current first-party API, which accepts it).
 
     Args:
         messages: chronological messages, e.g. a window's ``messages``.
+        leading_assistant: what to do with a leading assistant turn (see above).
+        leading_text: the text of the user turn ``"insert"`` adds (non-empty).
 
     Returns:
         ``{"system": [text blocks], "messages": [message params]}``; ``system`` is
@@ -292,17 +385,30 @@ def to_anthropic(messages: Iterable[Message]) -> dict[str, Any]:
         ``client.messages.create(model=..., max_tokens=..., **result)``. Tool call
         ids are made unique in the request and fit Anthropic's ``[a-zA-Z0-9_-]``
         alphabet (a repeated ``call_0`` becomes ``call_0_2``, with its results); ids
-        that are already both are sent as they are.
+        that are already both are sent as they are. An assistant message's stored
+        thinking blocks (`thinking_of()`) open its turn, unchanged.
 
     Raises:
         InvalidInputError: ``messages`` is not a list of [`Message`][memstore.Message], or a tool
             call's arguments are not a JSON object (or hold
             NaN, Infinity or a number too large for a float, which JSON cannot carry,
             or are nested too deeply to parse), or an image is a ``data:`` URI of a
-            type Anthropic does not accept.
+            type Anthropic does not accept, or a ``cache_control`` or ``thinking``
+            hint is malformed, or a leading assistant turn is refused
+            (``leading_assistant="raise"``, or ``"drop"`` leaving no user turn), or
+            ``leading_assistant``/``leading_text`` is not a valid choice.
     """
+    if leading_assistant not in _LEADING_CHOICES:
+        raise InvalidInputError(
+            f"leading_assistant must be one of {', '.join(map(repr, _LEADING_CHOICES))}, "
+            f"not {short_repr(leading_assistant)}"
+        )
+    if not isinstance(leading_text, str) or not leading_text.strip():
+        raise InvalidInputError(
+            f"leading_text must be a non-empty string, not {short_repr(leading_text)}")
     system: list[dict[str, Any]] = []
     turns: list[dict[str, Any]] = []
+    first: list[Message] = []  # the first message of each turn, to name it in errors
     ids = _ToolUseIds()
     for message in message_list(messages, "to_anthropic messages"):
         cache = cache_control_of(message)
@@ -318,24 +424,63 @@ def to_anthropic(messages: Iterable[Message]) -> dict[str, Any]:
         if not blocks:
             continue
         if cache is not None:
-            blocks[-1] = {**blocks[-1], "cache_control": cache}
+            # On the last block that can carry it: a thinking block cannot.
+            for i in range(len(blocks) - 1, -1, -1):
+                if blocks[i]["type"] not in _THINKING_TYPES:
+                    blocks[i] = {**blocks[i], "cache_control": cache}
+                    break
         role = "assistant" if message.role == "assistant" else "user"
         if turns and turns[-1]["role"] == role:
             turns[-1]["content"].extend(blocks)
         else:
             turns.append({"role": role, "content": blocks})
+            first.append(message)
     for turn in turns:
-        # Anthropic wants a user turn's tool results before any other block.
-        if turn["role"] == "user":
-            content = turn["content"]
-            results = [b for b in content if b["type"] == "tool_result"]
-            if results and len(results) != len(content):
-                turn["content"] = results + [b for b in content if b["type"] != "tool_result"]
+        content = turn["content"]
+        # Anthropic wants a user turn's tool results before any other block, and an
+        # assistant turn's thinking blocks before any other block.
+        kinds = _TOOL_RESULT_TYPES if turn["role"] == "user" else _THINKING_TYPES
+        ahead = [b for b in content if b["type"] in kinds]
+        if ahead and len(ahead) != len(content):
+            turn["content"] = ahead + [b for b in content if b["type"] not in kinds]
+    if turns and turns[0]["role"] == "assistant" and leading_assistant != "keep":
+        if leading_assistant == "raise":
+            raise InvalidInputError(
+                f"{_where(first[0])} starts the request with an assistant turn, which "
+                "Anthropic-compatible endpoints refuse; read the window with "
+                "start_on_user=True, or render with leading_assistant='insert' or 'drop'"
+            )
+        if leading_assistant == "insert":
+            turns.insert(0, {"role": "user",
+                             "content": [{"type": "text", "text": leading_text}]})
+        else:
+            turns = _drop_leading_assistant(turns, first[0])
     out: dict[str, Any] = {}
     if system:
         out["system"] = system
     out["messages"] = turns
     return out
+
+
+def _drop_leading_assistant(turns: list[dict[str, Any]], named: Message) -> list[dict[str, Any]]:
+    """``turns`` without its leading assistant turns and the results answering them."""
+    turns = list(turns)
+    while turns and turns[0]["role"] == "assistant":
+        dropped = {b["id"] for b in turns.pop(0)["content"] if b["type"] == "tool_use"}
+        if turns:  # the user turn after it: its results answer the dropped calls
+            rest = [b for b in turns[0]["content"]
+                    if not (b["type"] == "tool_result" and b["tool_use_id"] in dropped)]
+            if rest:
+                turns[0] = {"role": "user", "content": rest}
+            else:
+                turns.pop(0)
+    if not turns:
+        raise InvalidInputError(
+            f"{_where(named)}: leading_assistant='drop' leaves no user turn to send "
+            "(the messages hold no user message after their assistant turns); use "
+            "leading_assistant='insert'"
+        )
+    return turns
 
 
 def _responses_parts(message: Message) -> str | list[dict[str, Any]]:

@@ -94,8 +94,8 @@ def test_from_anthropic_tool_input_is_json_text() -> None:
     assert message.tool_calls is not None
     assert [json.loads(c.arguments) for c in message.tool_calls] == [
         {"q": "x", "n": [1, 2.5, None]}, {}]
-    assert to_anthropic([message])["messages"][0]["content"][0]["input"] == \
-        {"q": "x", "n": [1, 2.5, None]}
+    request = to_anthropic([message], leading_assistant="keep")
+    assert request["messages"][0]["content"][0]["input"] == {"q": "x", "n": [1, 2.5, None]}
 
 
 def test_to_anthropic_refuses_arguments_nested_too_deeply_to_parse(db_url: str) -> None:
@@ -130,7 +130,8 @@ def test_to_anthropic_refuses_arguments_json_cannot_carry(arguments: str) -> Non
         to_anthropic([call])
     fine = Message.assistant(None, tool_calls=[ToolCall(id="c1", name="f",
                                                         arguments='{"x": 1e308, "y": -0.5}')])
-    assert to_anthropic([fine])["messages"][0]["content"][0]["input"] == {"x": 1e308, "y": -0.5}
+    request = to_anthropic([fine], leading_assistant="keep")
+    assert request["messages"][0]["content"][0]["input"] == {"x": 1e308, "y": -0.5}
 
 
 @pytest.mark.parametrize(("extra", "problem"), [

@@ -367,6 +367,8 @@ def test_from_openai_accepts_exactly_or_rejects(data: dict[str, Any]) -> None:
                 message.model_dump())
     extra = {"score": message.score, "pinned": message.pinned,
              "metadata": message.metadata, "id": message.id}
+    if message.role == "tool":  # a tool message's name is stored, never sent to OpenAI
+        extra["name"] = message.name
     again = Message.from_openai(message.to_openai(), **extra)
     if message.content is None and not message.tool_calls:
         # the OpenAI shape has no "no content, no calls": it is sent as ""

@@ -811,3 +811,20 @@ async def test_a_history_block_can_read_through_a_summary_view(store: Any) -> No
     assert texts[:2] == ["Be brief.", "You are terse."]
     assert texts[2].startswith("Summary of messages 2–115: 2 3 4")
     assert compiled.token_count == store.counter.count_messages(compiled.messages) <= 400
+
+
+def test_summary_view_can_start_its_tail_on_a_user_turn() -> None:
+    from memstore import ConfigurationError, MemoryStore, SummaryView
+    from memstore.tokens import FixedCounter
+
+    store = MemoryStore("sqlite://", counter=FixedCounter(per_message=10, priming=0))
+    store.extend("c", [Message.system("s"), Message.user("q1"), Message.assistant("a1"),
+                       Message.assistant("a2"), Message.user("q2"), Message.assistant("a3")])
+    plain = store.window("c", SummaryView(40))
+    assert [m.content for m in plain.messages] == ["s", "a2", "q2", "a3"]
+    trimmed = store.window("c", SummaryView(40, start_on_user=True))
+    assert [m.content for m in trimmed.messages] == ["s", "q2", "a3"]
+    assert trimmed.report.omitted_seqs("start_on_user") == [4]
+    assert SummaryView(40, start_on_user=True).to_config()["start_on_user"] is True
+    with pytest.raises(ConfigurationError):
+        SummaryView(40, start_on_user="yes")  # type: ignore[arg-type]

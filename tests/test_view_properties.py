@@ -243,20 +243,26 @@ def views(draw: st.DrawFn) -> ContextView:
                                  "score", "turns"]))
     if kind == "unbounded":
         return UnboundedView()
+    start_on_user = draw(st.booleans())
     if kind == "buffered":
-        return BufferedView(draw(st.integers(1, 8)))
+        return BufferedView(draw(st.integers(1, 8)), start_on_user=start_on_user)
     if kind == "headtail":
-        return HeadAndTailView(draw(st.integers(1, 6)), draw(st.integers(1, 6)))
+        role: Any = draw(st.sampled_from(["user", "user", "system"] if start_on_user
+                                    else ["user", "user", "assistant"]))
+        return HeadAndTailView(draw(st.integers(1, 6)), draw(st.integers(1, 6)),
+                               placeholder_role=role, start_on_user=start_on_user)
     if kind == "token":
-        return TokenLimitedView(**draw(budget_params()), start_on_user=draw(st.booleans()))
+        return TokenLimitedView(**draw(budget_params()), start_on_user=start_on_user)
     if kind == "score":
         return ScoreBasedView(
             **draw(budget_params()),
             keep_rate=draw(st.sampled_from([0.0, 0.5, 0.9, 1.0])),
             half_life=draw(st.sampled_from([None, None, 1.0, 60.0])),
             fill_scan=draw(st.sampled_from([0, 1, 3, 64, None])),
+            start_on_user=start_on_user,
         )
-    return RecentTurnsView(draw(st.integers(1, 5)), remove_tool_messages=draw(st.booleans()))
+    return RecentTurnsView(draw(st.integers(1, 5)), remove_tool_messages=draw(st.booleans()),
+                           start_on_user=start_on_user)
 
 
 # ---- naive reference --------------------------------------------------------------------------
@@ -311,6 +317,19 @@ class Expected:
     required: int | None = None  # set when a ContextBudgetError is expected
 
 
+def starts_with_user(unit: Unit) -> bool:
+    return unit[0][0].role == "user"
+
+
+def trim_to_user(chronological: list[Unit]) -> list[Unit]:
+    """start_on_user: drop the oldest units until one starts with a user message, never
+    the newest (last)."""
+    k = 0
+    while k < len(chronological) - 1 and not starts_with_user(chronological[k]):
+        k += 1
+    return chronological[k:]
+
+
 def oracle(view: ContextView, msgs: list[StoredMessage], counter: TokenCounter) -> Expected:
     units = naive_units(msgs)
     anchored = [u for u in units if u[1] and is_anchored(u)]
@@ -341,9 +360,10 @@ def oracle(view: ContextView, msgs: list[StoredMessage], counter: TokenCounter) 
                 while len(kept) > 1 and kept[-1][0][0].role != "user":
                     kept.pop()
             return Expected(sorted(keep | seqs_of(kept)))
-        return Expected(sorted(keep | seqs_of([others[-1]])
-                               | seqs_of(naive_score_pick(view, msgs, others[:-1], counter,
-                                                          remaining))))
+        picked = [others[-1], *naive_score_pick(view, msgs, others[:-1], counter, remaining)]
+        if view.start_on_user:
+            picked = trim_to_user(sorted(picked, key=lambda u: u[0][0].seq))
+        return Expected(sorted(keep | seqs_of(picked)))
     if isinstance(view, BufferedView):
         kept, count = [], 0
         for u in reversed(others):
@@ -351,6 +371,8 @@ def oracle(view: ContextView, msgs: list[StoredMessage], counter: TokenCounter) 
                 break
             kept.append(u)
             count += len(u[0])
+        if view.start_on_user:
+            kept = trim_to_user(kept[::-1])
         return Expected(sorted(keep | seqs_of(kept)))
     if isinstance(view, RecentTurnsView):
         user_turns = [i for i, u in enumerate(others) if u[0][0].role == "user"]
@@ -360,6 +382,8 @@ def oracle(view: ContextView, msgs: list[StoredMessage], counter: TokenCounter) 
             kept = list(reversed(others))
         if view.remove_tool_messages:
             kept = kept[:1] + [u for u in kept[1:] if not u[0][0].tool_calls]
+        if view.start_on_user:
+            kept = trim_to_user(kept[::-1])
         return Expected(sorted(keep | seqs_of(kept)))
     assert isinstance(view, HeadAndTailView)
     head, count, refused = [], 0, None
@@ -370,6 +394,8 @@ def oracle(view: ContextView, msgs: list[StoredMessage], counter: TokenCounter) 
         head.append(u)
         count += len(u[0])
     if refused is None:
+        if view.start_on_user:
+            head = trim_to_user(head)
         return Expected(sorted(keep | seqs_of(head)))
     floor = refused[0][0].seq
     tail: list[Unit] = []
@@ -379,13 +405,24 @@ def oracle(view: ContextView, msgs: list[StoredMessage], counter: TokenCounter) 
             break
         tail.append(u)
         count += len(u[0])
-    window = keep | seqs_of(head) | seqs_of(tail)
-    # N: every stored message between the last head unit and the first tail unit that
-    # the window does not hold (incomplete units included), whether or not the walks met.
-    head_end = max(seqs_of(head), default=msgs[0].seq - 1)
-    tail_first = min(m.seq for m in tail[-1][0])
-    skipped = sum(1 for s in range(head_end + 1, tail_first) if s not in window)
-    return Expected(sorted(window), skipped=skipped)
+    tail.reverse()  # chronological
+
+    def gap(head: list[Unit], tail: list[Unit]) -> int:
+        # N: every stored message between the last head unit and the first tail unit
+        # that the window does not hold (incomplete units included).
+        window = keep | seqs_of(head) | seqs_of(tail)
+        head_end = max(seqs_of(head), default=msgs[0].seq - 1)
+        tail_first = min(m.seq for m in tail[0][0])
+        return sum(1 for s in range(head_end + 1, tail_first) if s not in window)
+
+    if view.start_on_user:
+        while head and not starts_with_user(head[0]):
+            head = head[1:]
+        # With no head, a user placeholder (there is one when N > 0) is the first turn;
+        # a system one is not a turn, so the tail must start with a user message.
+        if not head and (view.placeholder_role != "user" or gap(head, tail) == 0):
+            tail = trim_to_user(tail)
+    return Expected(sorted(keep | seqs_of(head) | seqs_of(tail)), skipped=gap(head, tail))
 
 
 def naive_score_pick(view: ScoreBasedView, msgs: list[StoredMessage], candidates: list[Unit],
@@ -449,6 +486,23 @@ def assert_provider_valid(window: ContextWindow) -> None:
             i += 1
 
 
+def assert_starts_on_user(window: ContextWindow, msgs: list[StoredMessage]) -> None:
+    """start_on_user: the window's first turn is a user message, unless the newest unit
+    is the only non-anchored unit kept. Anchored units and system/developer messages (a
+    placeholder of those roles included) are not turns."""
+    units = [u for u in naive_units(msgs) if u[1]]
+    anchored = seqs_of([u for u in units if is_anchored(u)])
+    turns = [m for m in window.messages
+             if not (isinstance(m, StoredMessage) and m.seq in anchored)
+             and m.role not in ("system", "developer")]
+    if not turns or turns[0].role == "user":
+        return
+    kept = {m.seq for m in turns if isinstance(m, StoredMessage)}
+    assert len(turns) == len(kept), "only stored messages, no placeholder, lead"
+    assert [u for u in units if seqs_of([u]) & kept] == [u for u in units
+                                                          if not is_anchored(u)][-1:]
+
+
 def select(view: ContextView, msgs: list[StoredMessage], counter: TokenCounter
            ) -> ContextWindow | ContextBudgetError:
     try:
@@ -491,6 +545,8 @@ def check(view: ContextView, case: Case) -> ContextWindow | None:
         extra = view.reserve + count_tool_schemas(counter, tools)  # type: ignore[attr-defined]
         assert w.token_count + extra <= limit
         assert w.budget == limit
+    if getattr(view, "start_on_user", False):
+        assert_starts_on_user(w, msgs)
     # anchored units and the newest unit are kept; incomplete units never
     units = naive_units(msgs)
     kept = set(w.seqs)
@@ -517,9 +573,10 @@ def check(view: ContextView, case: Case) -> ContextWindow | None:
         word = "message" if report.skipped == 1 else "messages"
         assert ph.text == f"Skipped {report.skipped} {word}."
         # N == stored messages between the head and the tail that are not in the window
-        prev = w.messages[p - 1] if p else None
-        head_last = prev.seq if isinstance(prev, StoredMessage) else msgs[0].seq - 1
         anchored_seqs = seqs_of([u for u in units if u[1] and is_anchored(u)])
+        head_last = next((m.seq for m in reversed(w.messages[:p])
+                          if isinstance(m, StoredMessage) and m.seq not in anchored_seqs),
+                         msgs[0].seq - 1)
         tail_first = next(m.seq for m in w.messages[p + 1:]
                           if isinstance(m, StoredMessage) and m.seq not in anchored_seqs)
         between = [s for s in range(head_last + 1, tail_first) if s not in kept]

@@ -604,6 +604,109 @@ def test_recent_turns_remove_tool_messages_keeps_the_newest_unit() -> None:
     ]
 
 
+# ---- start_on_user: every budgeted and count view ------------------------------------------
+
+# A greeting, an opening tool call, then turns: most windows would start with an assistant.
+GREETED = [S(), A("hello"), CALL("c1"), RES("c1"), A("a0"), U("u1"), A("a1"), U("u2"),
+           A("a2"), U("u3"), A("a3")]
+
+
+@pytest.mark.parametrize("view", [
+    TokenLimitedView(4, start_on_user=True),
+    ScoreBasedView(4, start_on_user=True),
+    BufferedView(3, start_on_user=True),
+    HeadAndTailView(4, 2, start_on_user=True),
+    HeadAndTailView(1, 3, placeholder_role="system", start_on_user=True),
+    RecentTurnsView(5, start_on_user=True),
+    RecentTurnsView(5, remove_tool_messages=True, start_on_user=True),
+], ids=lambda v: type(v).__name__)
+def test_start_on_user_windows_start_with_a_user_turn(view: ContextView) -> None:
+    w = view.apply(stored(GREETED), C)
+    first = next(m for m in w.messages if m.role not in ("system", "developer"))
+    assert first.role == "user", labels(w)
+    body = w.to_anthropic(leading_assistant="raise")  # no repair needed
+    assert body["messages"][0]["role"] == "user"
+    assert "start_on_user" in {o.reason for o in w.report.omitted}
+    # without it, the same view starts with an assistant turn
+    off = view_from_config({**view.to_config(), "start_on_user": False})
+    w_off = off.apply(stored(GREETED), C)
+    assert next(m for m in w_off.messages if m.role not in ("system", "developer")
+                ).role == "assistant"
+
+
+def test_buffered_start_on_user_drops_from_the_old_end_without_refilling() -> None:
+    msgs = [S(), U("u1"), A("a1"), U("u2"), A("a2")]
+    assert run(BufferedView(3), msgs) == ["S", "a1", "u2", "a2"]
+    assert run(BufferedView(3, start_on_user=True), msgs) == ["S", "u2", "a2"]
+    assert omitted(BufferedView(3, start_on_user=True), msgs) == [
+        (2, 2, 1, "buffer_size"), (3, 3, 1, "start_on_user")]
+    # never the newest unit
+    assert run(BufferedView(5, start_on_user=True), [S(), A("a0"), A("a1")]) == ["S", "a1"]
+
+
+def test_score_based_start_on_user_drops_a_prefix_of_the_greedy_selection() -> None:
+    # a1 scores 5 * 0.9**3: the greedy pass takes it, then u2; the budget is spent.
+    msgs = [U("u1"), A("a1", score=5.0), U("u2"), A("a2")]
+    assert run(ScoreBasedView(3), msgs) == ["a1", "u2", "a2"]
+    # start_on_user drops a1 for its position, whatever its score; the freed token is
+    # not spent again (u1 would fit, but the greedy pass never picked it).
+    assert run(ScoreBasedView(3, start_on_user=True), msgs) == ["u2", "a2"]
+    assert omitted(ScoreBasedView(3, start_on_user=True), msgs) == [
+        (1, 1, 1, "score"), (2, 2, 1, "start_on_user")]
+    assert run(ScoreBasedView(9, start_on_user=True), [A("a0"), A("a1")]) == ["a1"]
+
+
+def test_recent_turns_start_on_user_trims_what_precedes_the_first_user_turn() -> None:
+    msgs = [A("hello"), CALL("c1"), RES("c1"), U("u1"), A("a1")]
+    assert run(RecentTurnsView(2), msgs) == ["hello", "CALL c1", "RES c1", "u1", "a1"]
+    assert run(RecentTurnsView(2, start_on_user=True), msgs) == ["u1", "a1"]
+    assert omitted(RecentTurnsView(2, start_on_user=True), msgs) == [
+        (1, 3, 3, "start_on_user")]
+    # more turns than max_turns: the window already starts at a user message
+    assert run(RecentTurnsView(1, start_on_user=True), msgs) == ["u1", "a1"]
+    # tool units removed first, then what still precedes the user turn
+    assert omitted(RecentTurnsView(2, remove_tool_messages=True, start_on_user=True),
+                   msgs) == [(1, 1, 1, "start_on_user"), (2, 3, 2, "tool_messages_removed")]
+
+
+def test_head_and_tail_start_on_user() -> None:
+    msgs = [S(), A("hello"), U("u1"), A("a1"), U("u2"), A("a2"), U("u3"), A("a3")]
+    assert run(HeadAndTailView(2, 2), msgs) == ["S", "hello", "u1", "<Skipped 3 messages.>",
+                                                "u3", "a3"]
+    # the head is trimmed to its first user message; N counts the gap as before
+    w = HeadAndTailView(2, 2, start_on_user=True).apply(stored(msgs), C)
+    assert labels(w) == ["S", "u1", "<Skipped 3 messages.>", "u3", "a3"]
+    assert [(o.first_seq, o.last_seq, o.reason) for o in w.report.omitted] == [
+        (2, 2, "start_on_user"), (4, 6, "head_tail_gap")]
+    # a head trimmed away: the user placeholder comes first and stands for all of it
+    w = HeadAndTailView(1, 3, start_on_user=True).apply(stored(msgs), C)
+    assert labels(w) == ["S", "<Skipped 4 messages.>", "a2", "u3", "a3"]
+    assert w.report.skipped == 4
+    # a system placeholder is not a turn: the tail is trimmed to a user message too
+    w = HeadAndTailView(1, 3, placeholder_role="system", start_on_user=True).apply(
+        stored(msgs), C)
+    assert labels(w) == ["S", "<Skipped 5 messages.>", "u3", "a3"]
+    assert w.messages[1].role == "system" and w.report.skipped == 5
+    assert [(o.first_seq, o.last_seq, o.reason) for o in w.report.omitted] == [
+        (2, 2, "start_on_user"), (3, 5, "head_tail_gap"), (6, 6, "start_on_user")]
+    # the head takes everything: trimmed like a suffix, never the newest unit
+    assert run(HeadAndTailView(9, 9, start_on_user=True), msgs[:4]) == ["S", "u1", "a1"]
+    assert run(HeadAndTailView(9, 9, start_on_user=True), [A("x"), A("y")]) == ["y"]
+
+
+def test_head_and_tail_placeholder_never_splits_an_anchored_tool_unit() -> None:
+    # A duplicate answer (an orphan, left out) inside a pinned unit in the gap: the
+    # placeholder went between the call's results, a request providers refuse.
+    msgs = [U("u0"), CALL("c0", "c1", pinned=True), RES("c1", pinned=True),
+            RES("c1", "dup", pinned=True), RES("c0", pinned=True), U("u2"), U("u3")]
+    w = HeadAndTailView(1, 1).apply(stored(msgs), C)
+    assert labels(w) == ["u0", "CALL c0,c1", "RES c1", "RES c0", "<Skipped 2 messages.>",
+                         "u3"]
+    assert w.report.skipped == 2
+    assert [(o.first_seq, o.last_seq, o.reason) for o in w.report.omitted] == [
+        (4, 4, "incomplete_unit"), (6, 6, "head_tail_gap")]
+
+
 # ---- parameters and configuration ----------------------------------------------------------
 
 @pytest.mark.parametrize(
@@ -638,6 +741,11 @@ def test_recent_turns_remove_tool_messages_keeps_the_newest_unit() -> None:
         lambda: ScoreBasedView(10, fill_scan=-1),
         lambda: RecentTurnsView(0),
         lambda: RecentTurnsView(2, remove_tool_messages=1),  # type: ignore[arg-type]
+        lambda: BufferedView(2, start_on_user=1),  # type: ignore[arg-type]
+        lambda: HeadAndTailView(1, 1, start_on_user="yes"),  # type: ignore[arg-type]
+        lambda: HeadAndTailView(1, 1, placeholder_role="assistant", start_on_user=True),
+        lambda: ScoreBasedView(10, start_on_user=None),  # type: ignore[arg-type]
+        lambda: RecentTurnsView(2, start_on_user=0),  # type: ignore[arg-type]
     ],
 )
 def test_invalid_parameters_raise_value_error(make: Any) -> None:
@@ -683,6 +791,10 @@ ROUND_TRIP: list[ContextView] = [
                    counter=FixedCounter(2), fill_scan=None),
     ScoreBasedView(2000),
     RecentTurnsView(4, remove_tool_messages=True),
+    BufferedView(3, start_on_user=True),
+    HeadAndTailView(2, 3, placeholder_role="system", start_on_user=True),
+    ScoreBasedView(5, keep_rate=0.5, start_on_user=True),
+    RecentTurnsView(2, start_on_user=True),
 ]
 
 
@@ -710,8 +822,25 @@ def test_config_of_a_budgeted_view_lists_every_parameter() -> None:
     }
     assert ScoreBasedView(100).to_config() == {
         "type": "ScoreBasedView", "token_limit": 100, "keep_rate": 0.9, "half_life": None,
-        "reserve": 0, "tools": None, "counter": None, "fill_scan": 64,
+        "reserve": 0, "tools": None, "counter": None, "fill_scan": 64, "start_on_user": False,
     }
+
+
+@pytest.mark.parametrize(("config", "view"), [
+    ({"type": "BufferedView", "buffer_size": 3}, BufferedView(3)),
+    ({"type": "HeadAndTailView", "head_size": 1, "tail_size": 2}, HeadAndTailView(1, 2)),
+    ({"type": "ScoreBasedView", "token_limit": 100, "keep_rate": 0.9, "half_life": None,
+      "reserve": 0, "tools": None, "counter": None, "fill_scan": 64}, ScoreBasedView(100)),
+    ({"type": "RecentTurnsView", "max_turns": 2, "remove_tool_messages": False},
+     RecentTurnsView(2)),
+])
+def test_configs_saved_before_start_on_user_still_load(config: dict[str, Any],
+                                                       view: ContextView) -> None:
+    rebuilt = view_from_config(config)
+    assert rebuilt == view and rebuilt.start_on_user is False  # type: ignore[attr-defined]
+    on = view_from_config({**rebuilt.to_config(), "start_on_user": True})
+    assert on.start_on_user is True  # type: ignore[attr-defined]
+    assert view_from_config(on.to_config()) == on
 
 
 @pytest.mark.parametrize(

@@ -88,7 +88,7 @@ from memstore.tokens import (
     validate_counter,
 )
 from memstore.tokens._checked import checked_counter
-from memstore.views import ContextView, RecentTurnsView, TokenLimitedView
+from memstore.views import ContextView, RecentTurnsView, ScoreBasedView, TokenLimitedView
 from memstore.views.parts import MAX_VIEW_INT
 from memstore.views.window import ContextWindow, WindowReport
 
@@ -337,12 +337,15 @@ def _check_history_strategy(where: str, strategy: Strategy, view: ContextView | 
                 f"a count-based view (BufferedView, RecentTurnsView, ...): the budgeted view "
                 f"({name}) trims the history oldest first and cannot protect roles"
             )
-        if (strategy.keep_turns_atomic and view is not None
-                and "start_on_user" not in _view_fields(view)):
+        # Whole turns need a contiguous suffix cut at a user message: ScoreBasedView's
+        # picks by score may keep a turn's question and drop its answer.
+        if strategy.keep_turns_atomic and view is not None and (
+                isinstance(view, ScoreBasedView) or "start_on_user" not in _view_fields(view)):
             raise ConfigurationError(
                 f"{where}: TruncateOldest(keep_turns_atomic=True) on a budgeted view needs "
-                f"start_on_user, which {name} does not have; use TokenLimitedView or a "
-                "count-based view (BufferedView, RecentTurnsView, ...)"
+                f"a contiguous suffix starting on a user message, which {name} does not "
+                "give; use TokenLimitedView or a count-based view (BufferedView, "
+                "RecentTurnsView, ...)"
             )
 
 

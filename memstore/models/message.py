@@ -36,6 +36,7 @@ from memstore._validate import (
     check_size,
     check_text,
     short_repr,
+    text_problem,
     utf8_size,
 )
 from memstore.errors import InvalidInputError
@@ -158,9 +159,10 @@ class Message(BaseModel):
             raise ValueError(f"tool_call_id is only allowed on tool messages, not {self.role}")
         if self.content is None and self.role != "assistant":
             raise ValueError(f"content is required for a {self.role} message")
-        if (isinstance(self.content, list) and self.role != "user"
+        if (isinstance(self.content, list) and self.role not in _IMAGE_ROLES
                 and any(not isinstance(part, TextPart) for part in self.content)):
-            raise ValueError(f"a {self.role} message may only hold text parts")
+            raise ValueError(f"a {self.role} message may only hold text parts "
+                             "(images go in user messages and tool results)")
         _check_message_size(self)
         if type(self) is Message:  # (only plain messages are written as they are)
             _VALIDATED[id(self)] = self
@@ -268,18 +270,36 @@ class Message(BaseModel):
         return cls.model_validate(fields)
 
     def to_openai(self) -> dict[str, Any]:
-        """Return the message as an OpenAI Chat Completions message dict."""
+        """Return the message as an OpenAI Chat Completions message dict.
+
+        Only the fields the role's message type defines are sent
+        (``ChatCompletion<Role>MessageParam`` of the ``openai`` package): ``name`` on
+        system, developer, user and assistant messages, never on a ``tool`` message,
+        whose type has no ``name`` (strict OpenAI-compatible servers answer 400 to
+        it); the name stays stored. A tool message's content parts may only be text
+        there, so an image part of a tool result is sent as the text part
+        ``TOOL_IMAGE_OMITTED`` (`memstore.formats.to_anthropic()` and
+        `memstore.formats.to_responses()` send the image itself). memstore's
+        rendering hints (``metadata["memstore"]``: cache control, thinking blocks)
+        are never sent.
+        """
         out: dict[str, Any] = {"role": self.role}
         content = self.content
         if isinstance(content, list):
-            out["content"] = [part.model_dump(exclude_none=True) for part in content]
+            if self.role == "tool":
+                out["content"] = [part.model_dump(exclude_none=True)
+                                  if isinstance(part, TextPart)
+                                  else {"type": "text", "text": TOOL_IMAGE_OMITTED}
+                                  for part in content]
+            else:
+                out["content"] = [part.model_dump(exclude_none=True) for part in content]
         elif content is None and not self.tool_calls:
             # The API takes an assistant message without content only beside tool
             # calls: one with neither (a model that returned nothing) is sent as "".
             out["content"] = ""
         else:
             out["content"] = content
-        if self.name is not None:
+        if self.name is not None and self.role != "tool":
             out["name"] = self.name
         if self.tool_calls:
             out["tool_calls"] = [call.to_openai() for call in self.tool_calls]
@@ -295,6 +315,15 @@ class Message(BaseModel):
         ``tool`` message. See `memstore.formats.from_anthropic()`.
         """
         return from_anthropic(data, **extra)
+
+
+#: Roles whose content parts may be images: user messages and tool results (an
+#: Anthropic ``tool_result`` can hold images; so can a Responses function output).
+_IMAGE_ROLES = frozenset({"user", "tool"})
+
+#: The text part [`Message.to_openai()`][memstore.Message.to_openai] sends in place of
+#: an image part of a tool result: Chat Completions tool messages carry text only.
+TOOL_IMAGE_OMITTED = "[image omitted: Chat Completions tool messages carry text only]"
 
 
 def _is_empty(value: Any) -> bool:
@@ -422,6 +451,14 @@ def build_trusted(cls: type[_M], values: dict[str, Any]) -> _M:
 
 HINTS_KEY = "memstore"
 
+#: The ``ttl`` values of an Anthropic cache-control object.
+CACHE_TTLS = ("5m", "1h")
+
+#: The keys of each Anthropic thinking block memstore stores, in the order it sends them.
+_THINKING_KEYS: dict[str, tuple[str, ...]] = {
+    "thinking": ("type", "thinking", "signature"),
+    "redacted_thinking": ("type", "data"),
+}
 
 
 def _hints(metadata: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -429,22 +466,113 @@ def _hints(metadata: Mapping[str, Any]) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
+def check_cache_control(value: Mapping[str, Any], where: str = "cache_control") -> dict[str, Any]:
+    """``value`` as the Anthropic cache-control object it must be, or InvalidInputError.
+
+    The Anthropic Messages API takes exactly ``{"type": "ephemeral"}``, optionally with
+    ``"ttl": "5m"`` or ``"ttl": "1h"``; anything else is a 400 when the request is
+    sent. It is refused here instead, naming what is wrong.
+
+    Args:
+        value: the cache-control mapping (its JSON-ness is checked by the caller).
+        where: how the error names it.
+
+    Returns:
+        A plain copy: ``{"type": "ephemeral"}`` or ``{"type": "ephemeral", "ttl": ...}``.
+
+    Raises:
+        InvalidInputError: an unknown key, a ``type`` other than ``"ephemeral"`` (or
+            none), or a ``ttl`` other than ``"5m"``/``"1h"``.
+    """
+    unknown = [key for key in value if key not in ("type", "ttl")]
+    if unknown:
+        raise InvalidInputError(
+            f"{where} has the unknown key(s) {', '.join(short_repr(k) for k in unknown)}; "
+            'an Anthropic cache-control object has only "type" ("ephemeral") and an '
+            'optional "ttl" ("5m" or "1h")'
+        )
+    if "type" not in value:
+        raise InvalidInputError(f'{where} has no "type"; it must be {{"type": "ephemeral"}}')
+    if not isinstance(value["type"], str) or value["type"] != "ephemeral":
+        raise InvalidInputError(
+            f'{where} type must be "ephemeral" (the only cache type Anthropic accepts), '
+            f"not {short_repr(value['type'])}"
+        )
+    out: dict[str, Any] = {"type": "ephemeral"}
+    if "ttl" in value:
+        ttl = value["ttl"]
+        if not isinstance(ttl, str) or ttl not in CACHE_TTLS:
+            raise InvalidInputError(
+                f'{where} ttl must be "5m" or "1h" (Anthropic\'s only cache lifetimes), '
+                f"not {short_repr(ttl)}"
+            )
+        out["ttl"] = ttl
+    return out
+
+
+def check_thinking(blocks: Any, where: str = "thinking") -> list[dict[str, str]]:
+    """Anthropic thinking blocks as memstore stores them, or InvalidInputError.
+
+    Each block is ``{"type": "thinking", "thinking": str, "signature": str}`` or
+    ``{"type": "redacted_thinking", "data": str}`` (the SDK's ``ThinkingBlockParam``
+    and ``RedactedThinkingBlockParam``); other keys of a block are not kept. The
+    strings are kept exactly: Anthropic verifies the signature and refuses a block
+    that was changed.
+
+    Raises:
+        InvalidInputError: not a list of such blocks (an unknown type, a missing or
+            non-string field, text that cannot be stored).
+    """
+    if isinstance(blocks, (str, bytes, Mapping)) or not isinstance(blocks, Sequence):
+        raise InvalidInputError(
+            f"{where} must be a list of thinking blocks, not {type(blocks).__name__}")
+    out: list[dict[str, str]] = []
+    for index, block in enumerate(blocks):
+        kind = block.get("type") if isinstance(block, Mapping) else None
+        keys = _THINKING_KEYS.get(kind) if isinstance(kind, str) else None
+        if keys is None:
+            raise InvalidInputError(
+                f"{where}[{index}] must be a thinking or redacted_thinking block, not "
+                f"{short_repr(kind if isinstance(block, Mapping) else block)}"
+            )
+        assert isinstance(block, Mapping) and isinstance(kind, str)
+        stored: dict[str, str] = {}
+        for key in keys:
+            value = block.get(key)
+            if not isinstance(value, str):
+                raise InvalidInputError(
+                    f"{where}[{index}] ({kind}) needs a string {key!r}, not {short_repr(value)}"
+                )
+            problem = text_problem(value)
+            if problem is not None:
+                raise InvalidInputError(f"{where}[{index}] ({kind}) {key!r} {problem}")
+            stored[key] = value
+        out.append(stored)
+    return out
+
+
 def with_hints(metadata: Mapping[str, Any] | None = None, *,
                cache_control: Mapping[str, Any] | None = None,
-               is_error: bool | None = None) -> dict[str, Any]:
+               is_error: bool | None = None,
+               thinking: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """A copy of ``metadata`` with rendering hints set under ``metadata["memstore"]``.
 
     Args:
         metadata: the message metadata to extend (not modified).
-        cache_control: a prompt-cache breakpoint, e.g. ``{"type": "ephemeral"}``.
+        cache_control: a prompt-cache breakpoint: ``{"type": "ephemeral"}``, optionally
+            with ``"ttl": "5m"`` or ``"1h"`` (nothing else; see `check_cache_control()`).
         is_error: whether a tool result reports a failure.
+        thinking: an assistant message's Anthropic ``thinking``/``redacted_thinking``
+            blocks, in their order (see `check_thinking()`); ``to_anthropic()`` sends
+            them back first in the message's turn, unchanged.
 
     Returns:
         The new metadata dict; hints given as ``None`` are left as they were.
 
     Raises:
-        InvalidInputError: ``metadata`` or ``cache_control`` is not a mapping, or
-            ``is_error`` is not a bool.
+        InvalidInputError: ``metadata`` or ``cache_control`` is not a mapping, the
+            cache-control object is not one Anthropic accepts, ``is_error`` is not a
+            bool, or ``thinking`` is not a list of thinking blocks.
     """
     if metadata is not None and not isinstance(metadata, Mapping):
         raise InvalidInputError(f"metadata must be a mapping, not {type(metadata).__name__}")
@@ -456,13 +584,20 @@ def with_hints(metadata: Mapping[str, Any] | None = None, *,
     out = dict(metadata or {})
     hints = dict(_hints(out))
     if cache_control is not None:
-        hints["cache_control"] = dict(cache_control)
+        hints["cache_control"] = check_cache_control(cache_control)
     if is_error is not None:
         hints["is_error"] = check_flag(is_error, "is_error")
+    if thinking is not None:
+        blocks = check_thinking(thinking)
+        if blocks:
+            hints["thinking"] = blocks
+        else:
+            hints.pop("thinking", None)
     if hints:
         out[HINTS_KEY] = hints
+    elif isinstance(out.get(HINTS_KEY), Mapping):
+        del out[HINTS_KEY]  # (its last hint was cleared)
     return out
-
 
 
 def _field(block: Mapping[str, Any], key: str, where: str) -> Any:
@@ -481,22 +616,27 @@ def _kind_shown(kind: object) -> str:
     return kind if isinstance(kind, str) else short_repr(kind)
 
 
-def _text_of_blocks(blocks: Any, where: str) -> str | list[TextPart]:
+def _tool_result_parts(blocks: Any, where: str) -> str | list[TextPart | ImagePart]:
+    """A ``tool_result`` block's ``content`` list as text and image parts, in order."""
     if blocks is None:
         return ""
     if not isinstance(blocks, Sequence) or isinstance(blocks, (bytes, bytearray)):
         raise InvalidInputError(
-            f"{where}: content must be a string or a list of text blocks, "
+            f"{where}: content must be a string or a list of text and image blocks, "
             f"not {type(blocks).__name__}"
         )
-    parts: list[TextPart] = []
+    parts: list[TextPart | ImagePart] = []
     for index, block in enumerate(blocks):
         kind = block.get("type") if isinstance(block, Mapping) else None
-        if kind != "text":
+        if kind == "text":
+            parts.append(TextPart(text=_field(block, "text", _block_where(where, index, kind))))
+        elif kind == "image":
+            parts.append(_image_from_anthropic(block, _block_where(where, index, kind)))
+        else:
             raise InvalidInputError(
-                f"{where}: only text blocks are supported here, not {short_repr(kind)}"
+                f"{where}: only text and image blocks are supported here, not "
+                f"{short_repr(kind)}"
             )
-        parts.append(TextPart(text=_field(block, "text", _block_where(where, index, kind))))
     return parts
 
 
@@ -545,8 +685,23 @@ def _source_text(source: Mapping[str, Any], key: str, where: str) -> str:
     return value
 
 
-def _meta(base: dict[str, Any], cache: Any) -> dict[str, Any]:
-    return with_hints(base, cache_control=cache) if isinstance(cache, Mapping) else base
+def _meta(base: dict[str, Any], cache: Any, where: str) -> dict[str, Any]:
+    """``base`` with a block's ``cache_control`` (``None`` means none) as a hint."""
+    if cache is None:
+        return base
+    if not isinstance(cache, Mapping):
+        raise InvalidInputError(
+            f'{where}: cache_control must be an object such as {{"type": "ephemeral"}}, '
+            f"not {type(cache).__name__}"
+        )
+    try:
+        check_json(dict(cache), "cache_control")
+    except ValueError as exc:
+        raise InvalidInputError(f"{where}: {exc}") from None
+    try:
+        return with_hints(base, cache_control=check_cache_control(cache))
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"{where}: {exc}") from None
 
 
 #: The message fields `from_anthropic()` takes from the message param itself.
@@ -557,10 +712,15 @@ def from_anthropic(data: Mapping[str, Any], **extra: Any) -> list[Message]:
     """Read one Anthropic message param (``{"role": ..., "content": ...}``) as memstore messages.
 
     A user turn becomes one ``tool`` message per ``tool_result`` block and one user
-    message per run of text and image blocks, in block order. An assistant turn
-    becomes one assistant message: text blocks as its content, ``tool_use`` blocks
-    as its tool calls (``input`` serialised as the JSON ``arguments``). A block's
-    ``cache_control`` and a tool result's ``is_error`` become hints in the
+    message per run of text and image blocks, in block order; a ``tool_result``'s
+    content (a string, or text and image blocks) becomes the tool message's content.
+    An assistant turn becomes one assistant message: text blocks as its content,
+    ``tool_use`` blocks as its tool calls (``input`` serialised as the JSON
+    ``arguments``), and ``thinking``/``redacted_thinking`` blocks, in their order and
+    exactly as given (signature included), as the message's ``thinking`` hint, which
+    `memstore.formats.to_anthropic()` sends back first in the turn (extended thinking
+    with tool use needs them back unchanged; the OpenAI renderings leave them out).
+    A block's ``cache_control`` and a tool result's ``is_error`` become hints in the
     metadata of the message made from the block (`with_hints()`).
 
     Args:
@@ -570,14 +730,16 @@ def from_anthropic(data: Mapping[str, Any], **extra: Any) -> list[Message]:
 
     Raises:
         InvalidInputError: an unknown role, a block type memstore cannot store
-            (thinking, documents, server tools...), a block without a field it needs
-            (a text block's ``text``, a ``tool_use`` block's ``id`` or ``name``, a
-            ``tool_result`` block's ``tool_use_id``, an image source's ``media_type``,
-            ``data`` or ``url``), or a ``tool_use`` input that is not a JSON object
-            (NaN, sets, bytes, nesting too deep to serialise); the message names the
-            block by its index. Also a keyword naming a field the message param sets
-            (``role``, ``content``, ``tool_calls``, ``tool_call_id``), or a
-            ``metadata`` that is not a mapping.
+            (documents, search results, server tools...; thinking in a user turn), a
+            block without a field it needs (a text block's ``text``, a ``tool_use``
+            block's ``id`` or ``name``, a ``tool_result`` block's ``tool_use_id``, an
+            image source's ``media_type``, ``data`` or ``url``, a thinking block's
+            ``thinking`` or ``signature``, a redacted one's ``data``), a ``tool_use``
+            input that is not a JSON object (NaN, sets, bytes, nesting too deep to
+            serialise), or a ``cache_control`` Anthropic would refuse (see
+            `check_cache_control()`); the message names the block by its index. Also a
+            keyword naming a field the message param sets (``role``, ``content``,
+            ``tool_calls``, ``tool_call_id``), or a ``metadata`` that is not a mapping.
         pydantic.ValidationError: a block's values are not a valid message (a text
             that is not a string, an empty id ...).
     """
@@ -609,7 +771,9 @@ def from_anthropic(data: Mapping[str, Any], **extra: Any) -> list[Message]:
     if role == "assistant":
         texts: list[TextPart] = []
         calls: list[ToolCall] = []
+        thinking: list[Mapping[str, Any]] = []
         cache: Any = None
+        cache_at = where
         for index, block in enumerate(content):
             kind = block.get("type") if isinstance(block, Mapping) else None
             at = _block_where(where, index, _kind_shown(kind))
@@ -618,19 +782,33 @@ def from_anthropic(data: Mapping[str, Any], **extra: Any) -> list[Message]:
             elif kind == "tool_use":
                 calls.append(ToolCall(id=_field(block, "id", at), name=_field(block, "name", at),
                                       arguments=_tool_arguments(block, at)))
+            elif kind in _THINKING_KEYS:
+                assert isinstance(block, Mapping)
+                for key in _THINKING_KEYS[kind][1:]:
+                    _field(block, key, at)
+                thinking.append(block)
+                continue  # (a thinking block cannot carry cache_control)
             else:
                 raise InvalidInputError(
                     f"{where}: block type {short_repr(kind)} is not supported "
-                    "(supported: text, tool_use)"
+                    "(supported: text, tool_use, thinking, redacted_thinking)"
                 )
-            cache = block.get("cache_control") or cache
+            if block.get("cache_control") is not None:
+                cache, cache_at = block.get("cache_control"), at
         text: str | list[TextPart] | None
         text = texts[0].text if len(texts) == 1 else (texts or None)
+        meta = _meta(metadata, cache, cache_at)
+        if thinking:
+            try:
+                meta = with_hints(meta, thinking=thinking)
+            except InvalidInputError as exc:
+                raise InvalidInputError(f"{where}: {exc}") from None
         return [Message(role="assistant", content=text, tool_calls=calls or None,
-                        metadata=_meta(metadata, cache), **extra)]
+                        metadata=meta, **extra)]
     out: list[Message] = []
     run: list[TextPart | ImagePart] = []
     run_cache: Any = None
+    run_cache_at = where
 
     def flush() -> None:
         nonlocal run, run_cache
@@ -638,7 +816,7 @@ def from_anthropic(data: Mapping[str, Any], **extra: Any) -> list[Message]:
             body: str | list[TextPart | ImagePart]
             body = run[0].text if len(run) == 1 and isinstance(run[0], TextPart) else run
             out.append(Message(role="user", content=body,
-                               metadata=_meta(metadata, run_cache), **extra))
+                               metadata=_meta(metadata, run_cache, run_cache_at), **extra))
         run, run_cache = [], None
 
     for index, block in enumerate(content):
@@ -646,25 +824,26 @@ def from_anthropic(data: Mapping[str, Any], **extra: Any) -> list[Message]:
         at = _block_where(where, index, _kind_shown(kind))
         if kind == "text":
             run.append(TextPart(text=_field(block, "text", at)))
-            run_cache = block.get("cache_control") or run_cache
         elif kind == "image":
             run.append(_image_from_anthropic(block, at))
-            run_cache = block.get("cache_control") or run_cache
         elif kind == "tool_result":
             flush()
             inner = block.get("content", "")
-            body_result = inner if isinstance(inner, str) else _text_of_blocks(inner, at)
-            meta = _meta(metadata, block.get("cache_control"))
+            body_result = inner if isinstance(inner, str) else _tool_result_parts(inner, at)
+            meta = _meta(metadata, block.get("cache_control"), at)
             if block.get("is_error"):
                 meta = with_hints(meta, is_error=True)
             out.append(Message(role="tool", content=body_result,
                                tool_call_id=_field(block, "tool_use_id", at), metadata=meta,
                                **extra))
+            continue
         else:
             raise InvalidInputError(
                 f"{where}: block type {short_repr(kind)} is not supported "
                 "(supported: text, image, tool_result)"
             )
+        if block.get("cache_control") is not None:
+            run_cache, run_cache_at = block.get("cache_control"), at
     flush()
     return out
 

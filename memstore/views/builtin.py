@@ -33,6 +33,11 @@ Rules shared by every view:
   the stored count when it was produced by the same counter
   (`message_tokens()`); the history is never recounted as a
   whole.
+* **start_on_user.** Every budgeted and count view takes ``start_on_user=True``:
+  after its selection, kept units are dropped from the old end until the window's
+  first non-anchored message is a user message (Anthropic-compatible endpoints
+  refuse a leading assistant turn), never the newest unit; reason
+  ``"start_on_user"``. Each view's docstring says how it combines with its rule.
 * **Output** is chronological by seq and deterministic (ties break on seq, newer
   first). An empty conversation, or one holding only incomplete units, gives an
   empty window (``token_count`` 0) and never a ``ContextBudgetError``, whatever the
@@ -75,6 +80,7 @@ from memstore.views.parts import (
     _Ledger,
     _normalize_tools,
     _short,
+    _start_on_user,
 )
 from memstore.views.units import (
     DEFAULT_MAX_PAGE,
@@ -142,7 +148,11 @@ class BufferedView(ContextView):
 
     Rule: walk units back from the newest; stop at the first unit that would take
     the count past ``buffer_size`` (the newest unit is kept whatever its size).
-    Anchored messages are kept and not counted. Omitted reason: ``"buffer_size"``.
+    Anchored messages are kept and not counted. With ``start_on_user``, units are
+    then dropped from the old end until the window's first non-anchored message is
+    a user message (never the newest unit: if no other kept unit starts with a user
+    message, only the newest remains; the room they free is not refilled). Omitted
+    reasons: ``"buffer_size"``, ``"start_on_user"``.
 
     Reference: autogen ``BufferedChatCompletionContext`` (``messages[-n:]``, then drop
     one leading tool result).
@@ -156,15 +166,20 @@ class BufferedView(ContextView):
 
     Args:
         buffer_size: messages the non-anchored units may hold (>= 1).
+        start_on_user: trim the window so it starts with a user message (for
+            Anthropic-compatible endpoints, which refuse a leading assistant turn).
 
     Raises:
-        ConfigurationError: (a ``ValueError``) ``buffer_size`` is not an int >= 1.
+        ConfigurationError: (a ``ValueError``) ``buffer_size`` is not an int >= 1, or
+            ``start_on_user`` is not a bool.
     """
 
     buffer_size: int
+    start_on_user: bool = False
 
     def __post_init__(self) -> None:
         _check_int("BufferedView", "buffer_size", self.buffer_size, 1)
+        _check_bool("BufferedView", "start_on_user", self.start_on_user)
 
     def select(self, source: HistorySource, counter: TokenCounter) -> ContextWindow:
         """Keep anchored messages and the newest units up to ``buffer_size`` messages."""
@@ -173,13 +188,17 @@ class BufferedView(ContextView):
             return ledger.build()
         ledger.anchor()
         count = 0
+        kept: list[Unit] = []
         reader = ReverseReader(source, first_page=_first_page(self.buffer_size))
         for unit in ledger.candidates(BackwardUnits(reader)):
             if count and count + unit.size > self.buffer_size:
                 ledger.omit(unit, "buffer_size")
                 break
             ledger.keep(unit)
+            kept.append(unit)
             count += unit.size
+        if self.start_on_user:
+            _start_on_user(ledger, kept[::-1])
         return ledger.build()
 
 
@@ -199,7 +218,9 @@ class HeadAndTailView(ContextView):
     them — the window holds one plain [`Message`][memstore.Message] (not
     stored, no seq) right after the head, before the first left-out message (so
     anchored messages of the gap that precede it stay before the placeholder, the
-    others follow it): role ``placeholder_role``, text ``placeholder_template``
+    others follow it; when that message is an orphan result inside an anchored tool
+    unit, the placeholder follows the unit, never splitting it): role
+    ``placeholder_role``, text ``placeholder_template``
     formatted with ``n`` = N and ``messages`` = ``"message"``/``"messages"``
     (default ``"Skipped N messages."`` / ``"Skipped 1 message."``), metadata
     ``{"memstore": {"placeholder": True, "skipped": N}}``. The report's ``skipped``
@@ -207,6 +228,15 @@ class HeadAndTailView(ContextView):
     rest of the gap as ``"head_tail_gap"``. When the head takes every unit there
     is no tail and no placeholder (incomplete units are still left out and
     reported). Only the head and the tail are read, never the middle.
+
+    With ``start_on_user``, the window's first turn is a user message: head units
+    are dropped from the old end until the head starts with a user message (reason
+    ``"start_on_user"``). When that empties the head, there is no head: N counts
+    from the start of history, so the placeholder (when N > 0) comes first, and a
+    ``"user"`` placeholder is that first turn. Otherwise (no placeholder, or a
+    ``"system"``/``"developer"`` one, which is not a turn) tail units are dropped
+    from the old end the same way, never the newest unit. An ``"assistant"``
+    placeholder could lead the window, so it is refused with ``start_on_user``.
 
     Reference: autogen ``HeadAndTailChatCompletionContext``.
 
@@ -226,17 +256,20 @@ class HeadAndTailView(ContextView):
             (no other fields; format widths and precisions up to 200; at most
             ``MAX_PLACEHOLDER_CHARS`` characters of text for any count).
         placeholder_role: role of the placeholder message.
+        start_on_user: trim the window so it starts with a user turn (see above).
 
     Raises:
         ConfigurationError: (a ``ValueError``) a size is not an int >= 1, the template
-            does not format or is not bounded, or the role is not
-            user/assistant/system/developer.
+            does not format or is not bounded, the role is not
+            user/assistant/system/developer, ``start_on_user`` is not a bool, or it is
+            ``True`` with an ``"assistant"`` placeholder.
     """
 
     head_size: int
     tail_size: int
     placeholder_template: str = DEFAULT_PLACEHOLDER_TEMPLATE
     placeholder_role: PlaceholderRole = "user"
+    start_on_user: bool = False
 
     def __post_init__(self) -> None:
         _check_int("HeadAndTailView", "head_size", self.head_size, 1)
@@ -246,6 +279,14 @@ class HeadAndTailView(ContextView):
             raise ConfigurationError(
                 f"HeadAndTailView placeholder_role must be one of {_PLACEHOLDER_ROLES}, "
                 f"got {_short(self.placeholder_role)}"
+            )
+        _check_bool("HeadAndTailView", "start_on_user", self.start_on_user)
+        if self.start_on_user and self.placeholder_role == "assistant":
+            raise ConfigurationError(
+                "HeadAndTailView start_on_user=True cannot take placeholder_role="
+                "'assistant': the placeholder would start the window with an assistant "
+                "turn whenever the head is trimmed away; use 'user' (the default), "
+                "'system' or 'developer'"
             )
 
     def placeholder_text(self, skipped: int) -> str:
@@ -279,7 +320,7 @@ class HeadAndTailView(ContextView):
         ledger.anchor()
         # Head: oldest-first until the first unit that would cross head_size.
         count = 0
-        head_end = source.first_seq - 1  # last seq of the last head unit
+        head: list[Unit] = []
         refused: Unit | None = None
         forward = ForwardReader(source, first_page=_first_page(self.head_size))
         for unit in ledger.candidates(ForwardUnits(forward)):
@@ -287,9 +328,11 @@ class HeadAndTailView(ContextView):
                 refused = unit
                 break
             ledger.keep(unit)
+            head.append(unit)
             count += unit.size
-            head_end = unit.last_seq
         if refused is None:
+            if self.start_on_user:
+                _start_on_user(ledger, head)
             return ledger.build()
         # Tail: newest-first down to the refused unit at most.
         tail: list[Unit] = []
@@ -303,12 +346,17 @@ class HeadAndTailView(ContextView):
             ledger.keep(unit)
             tail.append(unit)
             count += unit.size
+        if self.start_on_user:
+            while head and not head[0].starts_with_user:
+                ledger.omit(head.pop(0), "start_on_user")
+            if not head and (self.placeholder_role != "user" or _gap(
+                    ledger, source.first_seq - 1, tail[-1].first_seq)[0] == 0):
+                tail = _start_on_user(ledger, tail[::-1])[::-1]
         # The gap: every stored seq between the head and the tail. What the window does
         # not hold there (units neither walk took, incomplete units) is N; anchored
         # messages there are kept. The placeholder goes before the first left-out one.
-        tail_first = tail[-1].first_seq
-        gap_kept = sorted(s for s in ledger.kept if head_end < s < tail_first)
-        skipped = tail_first - head_end - 1 - len(gap_kept)
+        head_end = head[-1].last_seq if head else source.first_seq - 1
+        skipped, gap_kept = _gap(ledger, head_end, tail[-1].first_seq)
         if skipped == 0:
             return ledger.build()
         after = head_end
@@ -316,10 +364,27 @@ class HeadAndTailView(ContextView):
             if seq != after + 1:
                 break
             after = seq
+        for seq in gap_kept:
+            # Never between a call and its results: an orphan result (a duplicate
+            # answer) left out inside an anchored unit would put it there.
+            if seq > after:
+                if ledger.kept[seq].role != "tool":
+                    break
+                after = seq
         return ledger.build(
             placeholder=self.placeholder(skipped), placeholder_after=after, skipped=skipped
         )
 
+
+
+def _gap(ledger: _Ledger, head_end: int, tail_first: int) -> tuple[int, list[int]]:
+    """N and the seqs the window holds between ``head_end`` and ``tail_first``.
+
+    N is the number of stored messages strictly between them that the window does not
+    hold; the seqs it holds there (anchored messages) come sorted.
+    """
+    gap_kept = sorted(s for s in ledger.kept if head_end < s < tail_first)
+    return tail_first - head_end - 1 - len(gap_kept), gap_kept
 
 
 @dataclass(frozen=True)
@@ -354,7 +419,8 @@ class TokenLimitedView(ContextView):
         reserve: tokens to leave free, e.g. for the reply (>= 0, < token_limit).
         tools: tool (function) schemas sent with the request; counted into the
             reserve with ``counter.count_tools``.
-        start_on_user: trim the suffix so it starts with a user message.
+        start_on_user: trim the suffix so it starts with a user message (for
+            Anthropic-compatible endpoints, which refuse a leading assistant turn).
         counter: the counter to use instead of the store's.
 
     Raises:
@@ -477,6 +543,15 @@ class ScoreBasedView(ContextView):
     taken highest first (ties: newer first); a unit that does not fit is skipped
     and the walk goes on; output is chronological. Omitted reason: ``"score"``.
 
+    With ``start_on_user``, the greedy pass runs exactly as above, then kept units
+    are dropped from the oldest until the oldest kept (non-anchored) unit starts with
+    a user message, never the newest unit (if no other kept unit starts with a user
+    message, only the newest remains). A unit is dropped only for its position,
+    whatever its score, and the tokens the dropped units free are not spent again:
+    the window is the greedy selection less a prefix of it, so it can be smaller
+    than without ``start_on_user`` while older, lower-scored units would have fit.
+    Omitted reason for those: ``"start_on_user"``.
+
     Decay: walking the stored non-anchored messages newest to oldest,
     the j-th (j = 1 for the newest) scores ``score * keep_rate ** j``, whether or not
     it is kept. A message is "anchored" here by its own flag (system, developer,
@@ -527,6 +602,8 @@ class ScoreBasedView(ContextView):
         counter: the counter to use instead of the store's.
         fill_scan: units examined after the first that does not fit (>= 0), or
             ``None`` for all.
+        start_on_user: drop the selection's leading units until it starts with a
+            user message (see above).
 
     Raises:
         ConfigurationError: (a ``ValueError``) an invalid parameter.
@@ -541,6 +618,7 @@ class ScoreBasedView(ContextView):
     tools: Sequence[Mapping[str, Any]] | None = field(default=None, hash=False)
     counter: TokenCounter | None = None
     fill_scan: int | None = 64
+    start_on_user: bool = False
 
     def __post_init__(self) -> None:
         name = "ScoreBasedView"
@@ -554,6 +632,7 @@ class ScoreBasedView(ContextView):
                 raise ConfigurationError(f"{name} half_life must be > 0, got {half_life}")
         if self.fill_scan is not None:
             _check_int(name, "fill_scan", self.fill_scan, 0)
+        _check_bool(name, "start_on_user", self.start_on_user)
         object.__setattr__(self, "tools", _normalize_tools(name, self.tools))
         _check_counter(name, self.counter, self.tools)
 
@@ -586,6 +665,7 @@ class ScoreBasedView(ContextView):
         remaining = _budget_check(self, counter, self.token_limit, self.reserve, tools_tokens,
                                   anchored_tokens, newest.tokens(counter))
         ledger.keep(newest)
+        kept = [newest]
 
         heap: list[tuple[float, int, Unit]] = []
         exhausted = False
@@ -606,6 +686,7 @@ class ScoreBasedView(ContextView):
                 tokens = unit.tokens(counter)
                 if tokens <= remaining:
                     ledger.keep(unit)
+                    kept.append(unit)
                     remaining -= tokens
                     if remaining == 0:
                         done = True
@@ -620,6 +701,8 @@ class ScoreBasedView(ContextView):
                 exhausted = True
             else:
                 heapq.heappush(heap, (-decay.unit_score(found), -found.last_seq, found))
+        if self.start_on_user:
+            _start_on_user(ledger, sorted(kept, key=lambda unit: unit.last_seq))
         return ledger.build(budget=self.token_limit)
 
 
@@ -636,7 +719,12 @@ class RecentTurnsView(ContextView):
     start are kept in place. With
     ``remove_tool_messages``, complete tool units (a call and its results) are
     dropped from the window, except the newest unit; final assistant answers stay.
-    Omitted reasons: ``"max_turns"``, ``"tool_messages_removed"``.
+    With ``start_on_user``, units still kept after that are dropped from the old end
+    until the window's first non-anchored message is a user message, never the
+    newest unit (this only ever trims what precedes the first user turn, such as an
+    assistant greeting, or, with no user message at all, everything but the newest
+    unit). Omitted reasons: ``"max_turns"``, ``"tool_messages_removed"``,
+    ``"start_on_user"``.
 
     Reference: agentflow ``MessageContextManager(max_messages, remove_tool_msgs)``.
 
@@ -654,6 +742,7 @@ class RecentTurnsView(ContextView):
     Args:
         max_turns: user messages the window starts from (>= 1).
         remove_tool_messages: drop complete tool units except the newest unit.
+        start_on_user: drop what precedes the window's first user message.
 
     Raises:
         ConfigurationError: (a ``ValueError``) an invalid parameter.
@@ -661,10 +750,12 @@ class RecentTurnsView(ContextView):
 
     max_turns: int
     remove_tool_messages: bool = False
+    start_on_user: bool = False
 
     def __post_init__(self) -> None:
         _check_int("RecentTurnsView", "max_turns", self.max_turns, 1)
         _check_bool("RecentTurnsView", "remove_tool_messages", self.remove_tool_messages)
+        _check_bool("RecentTurnsView", "start_on_user", self.start_on_user)
 
     def select(self, source: HistorySource, counter: TokenCounter) -> ContextWindow:
         """Keep the last ``max_turns`` user turns and the anchored messages."""
@@ -691,9 +782,14 @@ class RecentTurnsView(ContextView):
                 ledger.keep(unit)
                 kept.append(unit)
         if self.remove_tool_messages:
-            for unit in kept[1:]:
-                if unit.is_tool_unit:
-                    ledger.omit(unit, "tool_messages_removed")
+            removed = [unit for unit in kept[1:] if unit.is_tool_unit]
+            for unit in removed:
+                ledger.omit(unit, "tool_messages_removed")
+            if removed:
+                gone = {id(unit) for unit in removed}
+                kept = [unit for unit in kept if id(unit) not in gone]
+        if self.start_on_user:
+            _start_on_user(ledger, kept[::-1])
         return ledger.build()
 
 

@@ -353,6 +353,22 @@ class _Ledger:
         })
 
 
+def _start_on_user(ledger: _Ledger, units: Sequence[Unit]) -> list[Unit]:
+    """What ``start_on_user=True`` keeps of a window's non-anchored units.
+
+    ``units`` are the complete, non-anchored units a view kept, chronological: the
+    last one is the newest unit. They are left out (reason ``"start_on_user"``) from
+    the oldest until the first starts with a user message, never the newest one: when
+    no other unit starts with a user message, only the newest remains. Anchored
+    messages are not turns and are kept wherever they are.
+    """
+    k = 0
+    while k < len(units) - 1 and not units[k].starts_with_user:
+        ledger.omit(units[k], "start_on_user")
+        k += 1
+    return list(units[k:])
+
+
 def _first_page(size_hint: int) -> int:
     """A first page big enough for a count-based view to finish in one read, usually."""
     return min(max(size_hint + 2, 8), DEFAULT_MAX_PAGE)

@@ -23,10 +23,12 @@ from memstore.views.builtin import _VIEW_CLASSES
 from memstore.views.history import HistorySource, ListHistory
 from memstore.views.parts import (
     _budget_page,
+    _check_bool,
     _check_budget_params,
     _check_counter,
     _Ledger,
     _normalize_tools,
+    _start_on_user,
     check_format_template,
 )
 from memstore.views.units import BackwardUnits, ReverseReader, Unit
@@ -231,6 +233,10 @@ class SummaryView(ContextView):
         template: ``str.format`` template of the summary message with ``{first}``,
             ``{last}`` (its seq range) and ``{text}``.
         counter: the counter to use instead of the store's.
+        start_on_user: trim the kept tail from its old end until its first turn is a
+            user message (never the newest unit; reason ``"start_on_user"``), for
+            providers that want a user turn first. The summary and anchored messages
+            are system-side and do not count as turns.
 
     Raises:
         ConfigurationError: (a ``ValueError``) an invalid parameter.
@@ -243,11 +249,13 @@ class SummaryView(ContextView):
     tools: Sequence[Mapping[str, Any]] | None = field(default=None, hash=False)
     template: str = DEFAULT_SUMMARY_TEMPLATE
     counter: TokenCounter | None = None
+    start_on_user: bool = False
 
     def __post_init__(self) -> None:
         name = "SummaryView"
         _check_budget_params(name, self.token_limit, self.reserve)
         _check_summary_template(self.template)
+        _check_bool("SummaryView", "start_on_user", self.start_on_user)
         object.__setattr__(self, "tools", _normalize_tools(name, self.tools))
         # With its tools normalized, as TokenLimitedView: a counter that cannot count
         # them is refused here, not on the first window that needs the budget check.
@@ -313,6 +321,8 @@ class SummaryView(ContextView):
             kept.append(unit)
         if not kept and (anchors.units or message is not None):
             self._required(counter, tools, anchored_tokens, summary_tokens, 0)
+        if self.start_on_user:
+            _start_on_user(ledger, kept[::-1])
         return ledger.finish(self.token_limit, message, summary_tokens)
 
 

@@ -27,7 +27,7 @@ OmissionReason = Literal[
     "score",  # ScoreBasedView: a higher-scored unit took the room
     "incomplete_unit",  # an unanswered tool call or a tool result whose call is not stored
     "tool_messages_removed",  # RecentTurnsView(remove_tool_messages=True)
-    "start_on_user",  # TokenLimitedView(start_on_user=True) trimmed to a user message
+    "start_on_user",  # a view's start_on_user=True trimmed the window to a user message
     "summarized",  # SummaryView: inside the range its summary stands for
 ]
 
@@ -137,12 +137,22 @@ class ContextWindow(BaseModel):
         """Return the messages as OpenAI Chat Completions message dicts."""
         return [m.to_openai() for m in self.messages]
 
-    def to_anthropic(self) -> dict[str, Any]:
+    def to_anthropic(self, *, leading_assistant: formats.LeadingAssistant = "insert",
+                     leading_text: str = formats.LEADING_USER_TEXT) -> dict[str, Any]:
         """Return ``{"system": [...], "messages": [...]}`` for the Anthropic Messages API.
 
-        See `memstore.formats.to_anthropic()` for the mapping.
+        The request starts with a user turn: when the window starts with an assistant
+        turn, a ``"(continued)"`` user turn goes first by default (nothing is left
+        out, so the report stays exact). ``leading_assistant="drop"`` leaves the
+        leading assistant units out instead (the report does not list them: read the
+        window with ``start_on_user=True`` for that), ``"raise"`` refuses, ``"keep"``
+        sends it as it is. See `memstore.formats.to_anthropic()` for the mapping.
+
+        Raises:
+            InvalidInputError: see `memstore.formats.to_anthropic()`.
         """
-        return formats.to_anthropic(self.messages)
+        return formats.to_anthropic(self.messages, leading_assistant=leading_assistant,
+                                    leading_text=leading_text)
 
     def to_responses(self) -> list[dict[str, Any]]:
         """Return the messages as OpenAI Responses API input items.
