@@ -817,3 +817,20 @@ async def test_loading_ids_a_conversation_holds_already_names_the_conflict(store
     with pytest.raises(ConflictError, match="already stored in conversation 'c'"):
         await call(store.load_state(state, "c", replace=False))
     assert await call(store.messages("c")) == before
+
+
+def test_tool_call_arguments_may_be_a_mapping_stored_as_compact_json() -> None:
+    from memstore import ToolCall
+
+    call_ = ToolCall(id="c", name="f", arguments={"city": "Zürich", "days": [1, None]})
+    assert call_.arguments == '{"city":"Zürich","days":[1,null]}'
+    assert ToolCall.model_validate(
+        {"id": "c", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}
+    ).arguments == '{"a":1}'
+    message = Message.assistant(tool_calls=[{"id": "c", "name": "f", "arguments": {"a": 1}}])
+    assert message.to_openai()["tool_calls"][0]["function"]["arguments"] == '{"a":1}'
+    for bad, says in [({"a": float("nan")}, "nan"), ({"a": {1, 2}}, "arguments"),
+                      (5, "JSON text of the arguments"), (None, "JSON text")]:
+        with pytest.raises(pydantic.ValidationError, match=says) as info:
+            ToolCall(id="c", name="f", arguments=bad)
+        assert len(info.value.errors()) == 1

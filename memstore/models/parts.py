@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
@@ -13,6 +14,7 @@ from pydantic import (
 )
 
 from memstore._validate import (
+    check_json,
     check_text,
     short_repr,
 )
@@ -58,7 +60,10 @@ class ToolCall(BaseModel):
         id: the provider's call id; tool results answer it with ``tool_call_id``.
         name: the function name.
         arguments: the arguments exactly as the model produced them (a JSON string,
-            kept verbatim even when it is not valid JSON).
+            kept verbatim even when it is not valid JSON). A mapping (the way LangChain
+            and Anthropic hand arguments over) is accepted and stored as its compact
+            JSON text (``{"a":1}``: no spaces, keys in the mapping's order, non-ASCII
+            kept); it must be JSON (no NaN, no sets, string keys).
         type: always ``"function"``.
     """
 
@@ -85,6 +90,19 @@ class ToolCall(BaseModel):
         if not value:
             raise ValueError("tool call name must not be empty")
         return _reject_nul(value, "tool call name")
+
+    @field_validator("arguments", mode="before")
+    @classmethod
+    def _arguments_text(cls, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            check_json(dict(value), "tool call arguments")
+            return json.dumps(dict(value), separators=(",", ":"), ensure_ascii=False,
+                              allow_nan=False)
+        if not isinstance(value, str):
+            raise ValueError(
+                "tool call arguments must be the JSON text of the arguments (a str) or a "
+                f"mapping of them, got {type(value).__name__}")
+        return value
 
     @field_validator("arguments")
     @classmethod
