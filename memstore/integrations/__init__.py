@@ -7,9 +7,12 @@ Each adapter lives in its own module and imports its framework only there, so
 * ``memstore.integrations.langchain.MemstoreChatMessageHistory`` (``memstore[langchain]``)
 * ``memstore.integrations.camel.MemstoreAgentMemory`` (``memstore[camel]``)
 * ``memstore.integrations.openai_agents.MemstoreSession`` (``memstore[openai-agents]``)
+* ``memstore.integrations.pydantic_ai.MemstoreConversationStore`` and
+  ``MemstoreHistoryProcessor`` (``memstore[pydantic-ai]``)
 
 Every adapter takes the conversation id first and the store second (a
-[`MemoryStore`][memstore.MemoryStore] or an [`AsyncMemoryStore`][memstore.AsyncMemoryStore]), plus
-an
-optional ``view=`` deciding what the framework is given.
+[`MemoryStore`][memstore.MemoryStore] or an [`AsyncMemoryStore`][memstore.AsyncMemoryStore]),
+plus an optional ``view=`` deciding what the framework is given. Pydantic AI's
+conversation store is the exception: Pydantic AI passes the conversation id to each
+call, so it takes only the store.
 """
