@@ -64,7 +64,8 @@ def test_sql_is_executed_only_in_the_database_layer() -> None:
 
 
 FRAMEWORKS = ("langchain", "langchain_core", "autogen_core", "autogen_agentchat", "autogen_ext",
-              "camel", "agents", "openai", "anthropic", "llama_index")
+              "camel", "agents", "openai", "anthropic", "llama_index", "langgraph",
+              "pydantic_ai")
 
 
 def _fresh_python(code: str) -> str:

@@ -7,6 +7,9 @@ Each adapter lives in its own module and imports its framework only there, so
 * ``memstore.integrations.langchain.MemstoreChatMessageHistory`` (``memstore[langchain]``)
 * ``memstore.integrations.camel.MemstoreAgentMemory`` (``memstore[camel]``)
 * ``memstore.integrations.openai_agents.MemstoreSession`` (``memstore[openai-agents]``)
+* ``memstore.integrations.llama_index.MemstoreMemory`` and ``MemstoreChatStore``
+  (``memstore[llama-index]``)
+* ``memstore.integrations.langgraph.MemstoreGraphMemory`` (``memstore[langgraph]``)
 * ``memstore.integrations.pydantic_ai.MemstoreConversationStore`` and
   ``MemstoreHistoryProcessor`` (``memstore[pydantic-ai]``)
 
