@@ -923,7 +923,10 @@ def test_import_errors_name_the_cli_flag_not_the_python_argument(url: str, capsy
 @pytest.mark.parametrize("columns", [None, "80"])
 def test_demo_is_readable_at_80_columns(url: str, capsys: Any, monkeypatch: Any,
                                         columns: str | None) -> None:
-    """Piped (Rich's default: 80 columns) or an 80-column terminal: nothing is cut off."""
+    """Piped (Rich's default: 80 columns) or an 80-column terminal: nothing is cut off,
+    each message's text shows (the views that count messages make room for it), the
+    totals row says what it counts, and the token-limited column says why 18-token
+    messages were left out under a budget it used a seventh of."""
     if columns is None:
         monkeypatch.delenv("COLUMNS")
     else:
@@ -931,23 +934,95 @@ def test_demo_is_readable_at_80_columns(url: str, capsys: Any, monkeypatch: Any,
     for budget in ("50", "1000"):
         code, out, _ = run(capsys, "demo", "--budget", budget, "--url", url)
         assert code == 0
+        code, data, _ = run(capsys, "demo", "--budget", budget, "--format", "json",
+                            "--url", url)
+        views = json.loads(data)["views"]
         lines = out.splitlines()
         assert max(len(line) for line in lines) <= 80, out
         flat = " ".join(out.split())
+        assert lines[0].startswith("What each view keeps of conversation 'demo' "
+                                   "(15 messages, 2,339 tokens stored)")
         header = " ".join(" ".join(lines[1:3]).split())
-        assert header == "token score head & recent seq role tokens limited based buffered " \
-            "tail turns unbounded builder", out
+        assert header == "token score head & seq role tokens text limited based tail " \
+            "builder", out
+        rows = {int(line[:3]): line for line in lines if line[:3].strip().isdigit()}
+        assert sorted(rows) == list(range(1, 16))
+        # the text preview, shortened
+        assert "Order 1138 was due" in rows[5] and "…" in rows[5], out
+        assert "→ lookup_order(" in rows[6] and "[call_a] {" in rows[7], out
+        # the totals row is labelled, and its figures are what each window sent
+        at = next(i for i, line in enumerate(lines) if "tokens sent:" in line)
+        footer = lines[at].split("tokens sent:")[1].split()
+        sent = [f"{views[name]['token_count']:,}" if "error" not in views[name] else None
+                for name in ("token-limited", "score-based", "head-and-tail", "builder")]
+        if budget == "50":
+            # token-limited, score-based, builder: too small; the footer wraps, whole
+            assert sent[0] is None and sent[1] is None and sent[3] is None
+            footer = " ".join(lines[at:at + 2]).split("tokens sent:")[1].split()
+            assert footer.count("too") == 3 and footer.count("small") == 3, out
+            assert sent[2] in footer
+        else:
+            assert footer == sent, out
+            assert sent[0] == "141" and views["token-limited"]["budget"] == 1000
+            assert "2,339" not in lines[at]  # the stored total is in the title, not here
+            # why an 18-token message is left out: the 1,948-token tool output blocks it
+            assert all("✗ blocked" in rows[seq] for seq in range(4, 11)), out
+            assert "✗ budget" in rows[11] and "✗ budget" in rows[12], out
+            assert views["token-limited"]["blocked_by"] == {"first_seq": 11, "last_seq": 12,
+                                                            "tokens": 17 + 1948}
+            assert ("Why blocked: token-limited keeps a contiguous suffix of the history, "
+                    "so once seqs 11-12 (1,965 tokens) did not fit in the 859 tokens left "
+                    "of its 1,000, every older message was left out, however small (it "
+                    "sent 141 of 1,000 tokens;") in flat, out
         for words in ("score: a higher-scored unit took the room;",
                       "outside the view's message, head-and-tail or turn limit;",
                       "builder: a retrieved policy document, then the history through "
-                      f"score-based, in one budget of {int(budget):,}."):
+                      f"score-based, in one budget of {int(budget):,}.",
+                      "Not shown at this width: buffered, recent-turns, unbounded"):
             assert words in flat, (words, out)
-        if budget == "50":
-            # token-limited, score-based, builder: the footer wraps, whole
-            at = next(i for i, line in enumerate(lines) if line.lstrip().startswith("2,339"))
-            footer = " ".join(lines[at:at + 2]).split()
-            assert footer.count("too") == 3 and footer.count("small") == 3, out
         assert lines[-1].startswith("Next: memstore window demo")  # one line, to copy
+
+
+def test_demo_table_snapshot_at_80_and_112_columns() -> None:
+    """The table itself, rendered by Rich at 80 columns (and at the docs' 112, where
+    every view fits): the columns kept, and the first rows, exactly."""
+    import io
+
+    from rich.console import Console
+
+    from memstore.cli._demo import demo_layout, demo_table, run_demo
+
+    with MemoryStore("sqlite://") as store:
+        result = run_demo(store, 1000)
+    shown = {}
+    for width in (80, 112):
+        console = Console(width=width, record=True, file=io.StringIO(), markup=False)
+        console.print(demo_table(result, width))
+        shown[width] = console.export_text()
+        assert max(len(line) for line in shown[width].splitlines()) <= width
+        assert demo_layout(result, width).width == width
+    lines = shown[80].splitlines()
+    assert lines[2:7] == [
+        "seq role      tokens text                      limited   based   tail   builder",
+        "───────────────────────────────────────────────────────────────────────────────",
+        "  1 system        32 You are Atlas, the suppo… ✓         ✓       ✓      ✓      ",
+        "  2 developer     31 Tools: lookup_order, tra… ✓         ✓       ✓      ✓      ",
+        "  3 user*         31 For the record: I'm Dana… ✓         ✓       ✓      ✓      ",
+    ], shown[80]
+    assert "  4 assistant     18 Noted, Dana: email only.… ✗ blocked ✓       ✓      ✓" in \
+        shown[80]
+    assert "                                  tokens sent: 141       350     2,161  387" in \
+        shown[80]
+    wide = shown[112].splitlines()
+    assert " ".join(" ".join(wide[1:3]).split()) == (
+        "token score head & recent seq role tokens text limited based buffered tail turns "
+        "unbounded builder"), shown[112]
+    assert "tokens sent: 141       350     2,152    2,161  2,122   2,315     387" in shown[112]
+    assert "Not shown" not in shown[112]
+    # the width the note names is the narrowest that shows every view
+    need = int(" ".join(shown[80].split()).split("every view fits in ")[1].split()[0])
+    assert len(demo_layout(result, need).shown) == 7
+    assert len(demo_layout(result, need - 1).shown) < 7
 
 
 def test_counts_of_one_are_singular(url: str, capsys: Any, tmp_path: Path) -> None:

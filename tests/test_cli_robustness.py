@@ -367,16 +367,24 @@ def test_tables_on_a_40_column_terminal(url: str, capsys: Any, monkeypatch: Any)
 
 def test_demo_on_a_narrow_terminal_says_what_it_needs(url: str, capsys: Any,
                                                       monkeypatch: Any) -> None:
+    from memstore.cli._demo import MIN_TEXT
+
     monkeypatch.setenv("COLUMNS", "40")
     code, out, err = run(capsys, "demo", "--url", url)
     assert code == 0
     assert "needs" in err and "terminal has 40" in err and "--format json" in err
+    needed = int(err.split("needs ")[1].split()[0])
+    assert 40 < needed <= 80  # its narrowest layout: the views that count messages left out
+    assert max(len(line) for line in out.splitlines()) <= needed
     header = " ".join(out.split())
-    for word in ("seq", "role", "tokens", "limited", "based", "buffered", "tail", "turns",
-                 "unbounded", "builder"):
+    for word in ("seq", "role", "tokens", "text", "limited", "based", "tail", "builder",
+                 "Not shown at this width: buffered, recent-turns, unbounded"):
         assert word in header, word
-    rows = [line for line in out.splitlines() if line[:3].strip().isdigit()]
+    rows = [line for line in out.splitlines()
+            if line[:3].strip().isdigit() and line[4:].split()[0].rstrip("*") in
+            ("system", "developer", "user", "assistant", "tool")]
     assert [int(r[:3]) for r in rows] == list(range(1, 16))
+    assert "Order 1138 was due" in rows[4] and len(rows[4]) >= MIN_TEXT  # the text shows
 
 
 # ---- minor -----------------------------------------------------------------------------------

@@ -1,7 +1,10 @@
 """``memstore demo``: a realistic conversation, and what each view (and the builder) keeps.
 
 The same table is rendered into the documentation (``scripts/gen_demo_svg.py``), so the
-picture in the docs is always what the command prints.
+picture in the docs is always what the command prints. Each row shows the start of
+the message's text; the footer row is the tokens each view sends; a message a
+token-limited view leaves out only because a newer unit did not fit is marked
+``blocked``, with the numbers below the table.
 """
 
 from __future__ import annotations
@@ -33,8 +36,9 @@ from memstore.views import (
 )
 from memstore.views.window import ContextWindow, WindowReport
 
-__all__ = ["CONVERSATION_ID", "BuilderColumn", "DemoResult", "demo", "demo_builder",
-           "demo_messages", "demo_table", "run_demo", "write_demo"]
+__all__ = ["CONVERSATION_ID", "DROP_FIRST", "MIN_TEXT", "BuilderColumn", "DemoLayout",
+           "DemoResult", "demo", "demo_builder", "demo_layout", "demo_messages",
+           "demo_min_width", "demo_table", "run_demo", "write_demo"]
 
 CONVERSATION_ID = "demo"
 DEFAULT_BUDGET = 1000
@@ -150,6 +154,38 @@ class DemoResult:
                 return o.reason
         return "budget"  # trimmed by a builder strategy after the view
 
+    def blocking_unit(self, column: int) -> tuple[int, int, int] | None:
+        """``(first_seq, last_seq, tokens)`` of the unit that stopped a token-limited view.
+
+        `TokenLimitedView` keeps a contiguous suffix: walking back from the newest
+        message, the first unit that does not fit ends the window, and every older
+        message is left out with reason ``budget`` too, however small. That unit is the
+        newest one left out for the budget (a tool call with its results is one unit).
+        None for another view, or when nothing was left out for the budget.
+        """
+        win = self.windows[column]
+        if not isinstance(win, ContextWindow) or win.report.view != "TokenLimitedView":
+            return None
+        last = max((o.last_seq for o in win.report.omitted if o.reason == "budget"),
+                   default=None)
+        if last is None:
+            return None
+        by_seq = {m.seq: m for m in self.messages}
+        first = last
+        while first > 1 and by_seq[first].role == "tool":  # back to the call that asked
+            first -= 1
+        tokens = sum(by_seq[seq].token_count for seq in range(first, last + 1))
+        return first, last, tokens
+
+    def shown_decision(self, column: int, seq: int) -> str:
+        """`decision()`, or ``blocked`` behind a token-limited view's `blocking_unit()`.
+
+        Such a message was left out for the budget, but not because of its own size.
+        """
+        decision = self.decision(column, seq)
+        unit = self.blocking_unit(column) if decision == "budget" else None
+        return "blocked" if unit is not None and seq < unit[0] else decision
+
 
 def write_demo(store: MemoryStore) -> list[StoredMessage]:
     """(Re)write conversation ``demo``: the old one, if any, is deleted first."""
@@ -186,7 +222,15 @@ _HEADERS = {"token-limited": "token\nlimited", "score-based": "score\nbased",
             "recent-turns": "recent\nturns", "unbounded": "unbounded", "builder": "builder"}
 _SHORT = {"budget": "budget", "buffer_size": "buffer", "head_tail_gap": "gap",
           "max_turns": "turns", "score": "score", "incomplete_unit": "open",
-          "tool_messages_removed": "tools", "start_on_user": "user"}
+          "tool_messages_removed": "tools", "start_on_user": "user", "blocked": "blocked"}
+
+#: View columns left out, in this order, when the terminal is too narrow for them and
+#: a text preview of `MIN_TEXT` characters: what a message said is worth more than
+#: the views that count messages (the others show what budgets do).
+DROP_FIRST = ("unbounded", "recent-turns", "buffered")
+MIN_TEXT = 22
+MAX_TEXT = 48
+_FIXED = 3 + 9 + 6  # seq, role, tokens
 
 
 def _cell(decision: str) -> Text:
@@ -202,7 +246,7 @@ def _layout(result: DemoResult) -> tuple[list[tuple[StoredMessage, str, list[Tex
     """Rows, footers, headers, and each view column's least and one-line widths."""
     rows = []
     for m in result.messages:
-        cells = [_cell(result.decision(i, m.seq)) for i in range(len(result.windows))]
+        cells = [_cell(result.shown_decision(i, m.seq)) for i in range(len(result.windows))]
         rows.append((m, f"{m.role}*" if m.pinned else m.role, cells))
     footers = [Text("too small", style="red") if isinstance(w, ContextBudgetError)
                else Text(f"{w.token_count:,}") for w in result.windows]
@@ -217,55 +261,122 @@ def _layout(result: DemoResult) -> tuple[list[tuple[StoredMessage, str, list[Tex
     return rows, footers, headers, least, widths
 
 
+@dataclass
+class DemoLayout:
+    """How the table fits a console: the view columns shown and the text's width."""
+
+    shown: list[int]
+    """Indexes of the view columns shown (all of them when there is room)."""
+    text_width: int
+    """Characters of the text preview."""
+    wrap: bool
+    """View columns at their least width, their headers and footers wrapped at spaces."""
+    width: int
+    """The console width the table needs: the console's, unless that is too narrow."""
+
+
+def demo_layout(result: DemoResult, width: int) -> DemoLayout:
+    """The layout of the table on a console ``width`` columns wide.
+
+    Every view column and a text preview of up to `MAX_TEXT` characters when they
+    fit. On a narrower console the view columns' headers and footers wrap first, then
+    the columns of `DROP_FIRST` are left out, one by one, until the text keeps
+    `MIN_TEXT` characters: at 80 columns a reader still sees what each message said.
+    Narrower still, the table needs more than ``width`` (``layout.width``).
+    """
+    least, widths = _layout(result)[3:]
+    names = [name for name, _ in result.columns]
+    shown = list(range(len(names)))
+    choices = [list(shown)]
+    for name in DROP_FIRST:
+        if name in names:
+            shown = [i for i in shown if names[i] != name]
+            choices.append(list(shown))
+    for columns in choices:
+        for wrap in (False, True):
+            sizes = least if wrap else widths
+            fixed = _FIXED + sum(sizes[i] for i in columns) + len(columns) + 3
+            text = min(MAX_TEXT, width - fixed - 1)
+            if text >= MIN_TEXT:
+                return DemoLayout(columns, text, wrap, width)
+    columns = choices[-1]
+    fixed = _FIXED + sum(least[i] for i in columns) + len(columns) + 3
+    return DemoLayout(columns, MIN_TEXT, True, fixed + 1 + MIN_TEXT)
+
+
 def demo_min_width(result: DemoResult) -> int:
-    """The narrowest console the table fits whole (seq, role, tokens and every view)."""
-    least = _layout(result)[3]
-    return 3 + 9 + 6 + sum(least) + len(least) + 2  # one space between columns
+    """The narrowest console the table fits (with the fewest view columns)."""
+    return demo_layout(result, 0).width
+
+
+def _blocked_note(result: DemoResult) -> str:
+    """Why a token-limited view left out small messages, in numbers (or "")."""
+    for i, win in enumerate(result.windows):
+        unit = result.blocking_unit(i)
+        if unit is None or not isinstance(win, ContextWindow) or win.budget is None:
+            continue
+        first, last, tokens = unit
+        if not any(result.shown_decision(i, m.seq) == "blocked" for m in result.messages):
+            return ""
+        seqs = f"seq {first}" if first == last else f"seqs {first}-{last}"
+        return (f" Why blocked: {result.columns[i][0]} keeps a contiguous suffix of the "
+                f"history, so once {seqs} ({out.counted(tokens, 'token')}) did not fit in "
+                f"the {win.budget - win.token_count:,} tokens left of its {win.budget:,}, "
+                f"every older message was left out, however small (it sent "
+                f"{win.token_count:,} of {win.budget:,} tokens; score-based skips such a "
+                f"unit and goes on).")
+    return ""
 
 
 def demo_table(result: DemoResult, width: int = 100) -> Table:
     """The side-by-side table: one row per message, one column per view.
 
-    ``width`` is the console's: the text preview gets what the other columns leave
-    (and is left out below 12 characters), so every row stays on one line. When even
-    the view columns do not fit (a footer "too small" at 80 columns), their footers and
-    headers wrap at spaces, and so does the legend. Below `demo_min_width()` the
-    table does not fit whole: `demo()` then renders it that wide and says so.
+    ``width`` is the console's (see `demo_layout()`: on a narrow console the less
+    useful view columns are left out so that a text preview stays). Every row stays on
+    one line. The footer row is each view's tokens sent (the window's token count).
     """
     total = sum(m.token_count for m in result.messages)
-    settings = "; ".join(f"{name}: {setting}" for name, setting in result.columns)
     rows, footers, headers, least, widths = _layout(result)
-    fixed = 3 + 9 + 6 + sum(widths) + len(widths) + 3  # one space between columns
-    text_width = min(48, width - fixed - 1)
+    layout = demo_layout(result, width)
+    names = [name for name, _ in result.columns]
+    settings = "; ".join(f"{name}: {setting}" for name, setting in result.columns)
+    hidden = [names[i] for i in range(len(names)) if i not in layout.shown]
+    blocked = _blocked_note(result)
+    legend = ("budget: over the token budget; blocked: older than a unit that did not "
+              "fit; " if blocked else "budget: over the token budget; ")
+    caption = (f"✓ sent to the model; ✗ left out, and why ({legend}score: a higher-scored "
+               f"unit took the room; buffer, gap, turns: outside the view's message, "
+               f"head-and-tail or turn limit; open: a tool call still waiting for its "
+               f"result, never sent). Anchored messages (system, developer, pinned*) are "
+               f"always kept; a tool call and its results are kept or left out together."
+               f"{blocked} Settings: {settings}.")
+    if hidden:
+        need = _FIXED + sum(least) + len(least) + 3 + 1 + MIN_TEXT  # every column, wrapped
+        caption += (f" Not shown at this width: {', '.join(hidden)} (every view fits in "
+                    f"{need} columns; --format json has every decision).")
     table = Table(
         title=f"What each view keeps of conversation {CONVERSATION_ID!r} "
               f"({out.counted(len(result.messages), 'message')}, "
-              f"{out.counted(total, 'token')})",
-        caption=f"✓ sent to the model; ✗ left out, and why (budget: over the token budget; "
-                f"score: a higher-scored unit took the room; buffer, gap, turns: outside the "
-                f"view's message, head-and-tail or turn limit; open: a tool call still "
-                f"waiting for its result, never sent). Anchored messages (system, developer, "
-                f"pinned*) are always kept; a tool call and its results are kept or left out "
-                f"together. Settings: {settings}.",
-        caption_justify="left", show_footer=True, box=box.SIMPLE_HEAD, pad_edge=False,
-        padding=(0, 0), show_edge=False, title_justify="left")
+              f"{out.counted(total, 'token')} stored)",
+        caption=caption, caption_justify="left", show_footer=True, box=box.SIMPLE_HEAD,
+        pad_edge=False, padding=(0, 0), show_edge=False, title_justify="left")
     table.add_column("seq", justify="right", min_width=3)
     table.add_column("role", no_wrap=True, min_width=9)
-    table.add_column("tokens", justify="right", footer=f"{total:,}", min_width=6)
-    if text_width >= 12:
-        table.add_column("text", width=text_width, no_wrap=True, footer="tokens sent")
+    table.add_column("tokens", justify="right", min_width=6)
+    table.add_column("text", width=layout.text_width, no_wrap=True,
+                     footer=Text("tokens sent:", justify="right"))
     # Rich cannot shrink columns below their minimum widths itself (it would overflow, and
     # the console crop the lines and the legend): when one-line headers and footers do not
     # fit, each view column gets exactly its widest cell and they wrap.
-    narrow = fixed - 1 > width
-    for header, footer, w, least_w in zip(headers, footers, widths, least):
-        if narrow:
-            table.add_column(header, footer=footer, width=least_w, overflow="fold")
+    for i in layout.shown:
+        if layout.wrap:
+            table.add_column(headers[i], footer=footers[i], width=least[i], overflow="fold")
         else:
-            table.add_column(header, footer=footer, no_wrap=True, min_width=w)
+            table.add_column(headers[i], footer=footers[i], no_wrap=True, min_width=widths[i])
     for m, role, cells in rows:
-        text = [Text(message_preview(m, text_width))] if text_width >= 12 else []
-        table.add_row(str(m.seq), role, f"{m.token_count:,}", *text, *cells)
+        table.add_row(str(m.seq), role, f"{m.token_count:,}",
+                      Text(message_preview(m, layout.text_width)),
+                      *(cells[i] for i in layout.shown))
     return table
 
 
@@ -282,6 +393,10 @@ def demo_json(result: DemoResult) -> dict[str, Any]:
                            "placeholder": placeholder,
                            "decisions": {m.seq: result.decision(i, m.seq)
                                          for m in result.messages}}
+            unit = result.blocking_unit(i)
+            if unit is not None:  # the unit that stopped the contiguous suffix
+                views[name]["blocked_by"] = {"first_seq": unit[0], "last_seq": unit[1],
+                                             "tokens": unit[2]}
     return {"conversation_id": CONVERSATION_ID, "budget": result.budget,
             "messages": [{"seq": m.seq, "role": m.role, "tokens": m.token_count,
                           "pinned": m.pinned, "anchored": m.anchored} for m in result.messages],
@@ -296,10 +411,10 @@ def demo(args: argparse.Namespace) -> int:
         out.print_json(demo_json(result))
         return 0
     console = out.console()
-    needed = demo_min_width(result)
+    needed = demo_layout(result, console.width).width
     if console.width < needed:
-        # Narrower, columns would be dropped and words cut: render it whole, this wide
-        # (the terminal wraps the lines), and say so.
+        # Narrower, words would be cut: render it this wide (the terminal wraps the
+        # lines), and say so.
         out.status(f"memstore demo: the table needs {needed} columns and the terminal has "
                    f"{console.width}; widen it, or use --format json")
         console = out.console(width=needed)

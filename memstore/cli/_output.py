@@ -1,7 +1,8 @@
 """Output of the ``memstore`` command: Rich tables on a terminal, JSON for programs.
 
 Data goes to standard output; progress bars and status lines go to standard error,
-progress only when standard error is a terminal.
+progress only when standard error is a terminal. Rich is imported by the functions
+that draw, so a command that prints JSON (or ``--help``) never loads it.
 """
 
 from __future__ import annotations
@@ -13,24 +14,17 @@ import sys
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from rich import box
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
-from rich.table import Table
-from rich.text import Text
+if TYPE_CHECKING:  # Rich is imported by the functions that draw (not for --help)
+    from rich.console import Console
+    from rich.progress import Progress, ProgressColumn, TaskID
+    from rich.table import Table
 
 __all__ = [
     "FORMATS",
     "NARROW",
+    "ProgressBar",
     "console",
     "counted",
     "default_format",
@@ -40,6 +34,7 @@ __all__ = [
     "print_jsonl",
     "prepare_stdout",
     "progress_bar",
+    "progress_shown",
     "safe",
     "shell_word",
     "status",
@@ -55,16 +50,27 @@ NARROW = 64
 FORMATS = ("table", "json", "jsonl", "openai")
 
 
-class _Console(Console):
+_CONSOLE_CLASS: type[Console] | None = None
+
+
+def _console_class() -> type[Console]:
     """A Rich console whose closed pipe is a `BrokenPipeError`, not ``SystemExit(1)``.
 
     Rich's own handler exits with status 1; re-raised, the error reaches the command's
     handler, which ends quietly with status 0 (the reader of ``| head`` went away).
+    (Defined on first use: Rich is not imported until a command draws.)
     """
+    global _CONSOLE_CLASS
+    if _CONSOLE_CLASS is None:
+        from rich.console import Console
 
-    def on_broken_pipe(self) -> None:
-        self.quiet = True
-        raise BrokenPipeError
+        class _Console(Console):
+            def on_broken_pipe(self) -> None:
+                self.quiet = True
+                raise BrokenPipeError
+
+        _CONSOLE_CLASS = _Console
+    return _CONSOLE_CLASS
 
 
 def _is_utf8(stream: Any) -> bool:
@@ -97,12 +103,14 @@ def utf8_stdout() -> TextIO:
 
 def console(file: TextIO | None = None, width: int | None = None) -> Console:
     """A Rich console on standard output (looked up at call time, so tests can capture it)."""
-    return _Console(file=file or sys.stdout, highlight=False, markup=False, soft_wrap=False,
+    return _console_class()(file=file or sys.stdout, highlight=False, markup=False, soft_wrap=False,
                     emoji=False, width=width)
 
 
 def err_console() -> Console:
     """A Rich console on standard error."""
+    from rich.console import Console
+
     return Console(file=sys.stderr, highlight=False, markup=False, stderr=True, emoji=False)
 
 
@@ -185,6 +193,10 @@ def table(columns: Sequence[str | tuple[str, dict[str, Any]]], rows: Sequence[Se
     rows grow taller rather than a number turning into "…" or the text vanishing.
     Below `NARROW` columns the table has no outer border.
     """
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
     narrow = console().width < NARROW
     compact: dict[str, Any] = {"box": box.SIMPLE_HEAD, "show_edge": False,
                                } if narrow else {}
@@ -205,24 +217,77 @@ def table(columns: Sequence[str | tuple[str, dict[str, Any]]], rows: Sequence[Se
     return t
 
 
-@contextmanager
-def progress_bar(description: str, total: int | None) -> Iterator[Callable[[int], None]]:
-    """Yield ``advance(n)``: a Rich progress bar on standard error when it is a terminal.
+def progress_shown() -> bool:
+    """Whether progress bars are drawn: only when standard error is a terminal."""
+    return sys.stderr.isatty()
 
-    ``n`` is the number of items handled since the previous call (the ``progress``
-    callback of `memstore.transfer`). Off a terminal, calls are ignored (no output
-    at all), so pipes and logs stay clean.
+
+class ProgressBar:
+    """What `progress_bar()` yields: a callable taking the items handled since its last call.
+
+    It is the ``progress`` callback of `memstore.transfer`.
+
+    ``total`` is what the bar fills up to (items, or bytes when it follows a file's
+    position), ``None`` when it is not known; ``done`` the items handled so far.
     """
-    if not sys.stderr.isatty():
-        yield lambda _done: None
+
+    def __init__(self, total: int | None, position: Callable[[], int] | None = None,
+                 progress: Progress | None = None, task: TaskID | None = None) -> None:
+        self.total = total
+        self.done = 0
+        self._position = position
+        self._progress = progress
+        self._task = task
+
+    def __call__(self, n: int) -> None:
+        self.done += n
+        if self._progress is None or self._task is None:
+            return
+        completed = self._position() if self._position is not None else self.done
+        self._progress.update(self._task, completed=completed, items=self.done)
+
+
+def _columns(total: int | None, bytes_total: bool, unit: str) -> list[ProgressColumn | str]:
+    """The bar's columns: a real bar, percentage and time left only when the total is known."""
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        SpinnerColumn,
+        TaskProgressColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    items = TextColumn("{task.fields[items]:,} " + unit)
+    head: list[ProgressColumn | str] = [SpinnerColumn(), TextColumn("{task.description}")]
+    if total is None:  # no bar that looks full (or empty): how many so far, and how long
+        return [*head, items, TimeElapsedColumn()]
+    done = [items, DownloadColumn()] if bytes_total else \
+        [TextColumn("{task.completed:,}/{task.total:,} " + unit)]
+    return [*head, BarColumn(), TaskProgressColumn(), *done, TimeElapsedColumn(), "eta",
+            TimeRemainingColumn()]
+
+
+@contextmanager
+def progress_bar(description: str, total: int | None = None, *,
+                 position: Callable[[], int] | None = None,
+                 unit: str = "messages") -> Iterator[ProgressBar]:
+    """Yield a `ProgressBar`: a Rich progress bar on standard error when it is a terminal.
+
+    With a ``total`` the bar fills up to it and shows the percentage, the count and
+    the time left; without one it shows the count and the time spent (no bar: it
+    could only pretend). With ``position`` (bytes of a file read so far) the bar
+    follows it up to ``total`` bytes, and the count of items is shown beside it.
+    Off a terminal, calls only count (no output at all), so pipes and logs stay clean.
+    """
+    if not progress_shown():
+        yield ProgressBar(total, position)
         return
-    columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-               MofNCompleteColumn() if total else TextColumn("{task.completed:,}"),
-               TimeElapsedColumn()]
-    with Progress(*columns, console=err_console(), transient=True) as progress:
-        task = progress.add_task(description, total=total)
+    from rich.progress import Progress
 
-        def advance(n: int) -> None:
-            progress.advance(task, n)
-
-        yield advance
+    with Progress(*_columns(total, position is not None, unit), console=err_console(),
+                  transient=True) as progress:
+        task = progress.add_task(description, total=total, items=0,
+                                 completed=position() if position is not None else 0)
+        yield ProgressBar(total, position, progress, task)
