@@ -14,103 +14,189 @@ token-budgeted context windows per conversation id::
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
-from memstore._db.cache import CacheInfo
-from memstore.context.builder import (
-    Block,
-    CompiledContext,
-    CompileReport,
-    ContextBuilder,
-    Drop,
-    HistoryBlock,
-    Strategy,
-    Strict,
-    Summarize,
-    Tier,
-    TruncateOldest,
-)
-from memstore.context.formatters import MarkdownListFormatter, XMLFormatter, inject_into_system
-from memstore.errors import (
-    ConfigurationError,
-    ConflictError,
-    ConnectionLostError,
-    ContextBudgetError,
-    ConversationNotFoundError,
-    DatabaseBusyError,
-    DatabaseError,
-    DatabaseNotFoundError,
-    ImportFormatError,
-    InvalidInputError,
-    MemstoreError,
-    MessageNotFoundError,
-    MissingDependencyError,
-    NotFoundError,
-    ReadOnlyError,
-    SchemaOutOfDateError,
-    SchemaTooNewError,
-    StoreClosedError,
-    TokenizerUnavailableError,
-    TransientError,
-)
-from memstore.models import (
-    ContentPart,
-    Conversation,
-    ConversationState,
-    ImagePart,
-    ImageURL,
-    LoadReport,
-    Message,
-    StoredMessage,
-    StoreStats,
-    Summary,
-    TextPart,
-    ToolCall,
-)
-from memstore.store import ChatContext, MemoryStore
-from memstore.tokens import (
-    ApproxCounter,
-    BaseTokenCounter,
-    FixedCounter,
-    TiktokenCounter,
-    TokenCounter,
-    counter_from_name,
-)
-from memstore.transfer import (
-    ExportResult,
-    ImportedConversation,
-    ImportResult,
-    export_jsonl,
-    import_jsonl,
-)
-from memstore.views import (
-    BufferedView,
-    ContextView,
-    HeadAndTailView,
-    RecentTurnsView,
-    ScoreBasedView,
-    TokenLimitedView,
-    UnboundedView,
-    view_from_config,
-)
-from memstore.views.history import HistorySource, ListHistory
-from memstore.views.summary import SummaryView
-from memstore.views.window import ContextWindow, Omission, WindowReport
-
-if _TYPE_CHECKING:
+if _TYPE_CHECKING:  # what type checkers and IDEs see; at run time, `__getattr__` below
+    from memstore._db.cache import CacheInfo
     from memstore.aio import AsyncChatContext, AsyncMemoryStore
+    from memstore.context.builder import (
+        Block,
+        CompiledContext,
+        CompileReport,
+        ContextBuilder,
+        Drop,
+        HistoryBlock,
+        Strategy,
+        Strict,
+        Summarize,
+        Tier,
+        TruncateOldest,
+    )
+    from memstore.context.formatters import MarkdownListFormatter, XMLFormatter, inject_into_system
+    from memstore.errors import (
+        ConfigurationError,
+        ConflictError,
+        ConnectionLostError,
+        ContextBudgetError,
+        ConversationNotFoundError,
+        DatabaseBusyError,
+        DatabaseError,
+        DatabaseNotFoundError,
+        ImportFormatError,
+        InvalidInputError,
+        MemstoreError,
+        MessageNotFoundError,
+        MissingDependencyError,
+        NotFoundError,
+        ReadOnlyError,
+        SchemaOutOfDateError,
+        SchemaTooNewError,
+        StoreClosedError,
+        TokenizerUnavailableError,
+        TransientError,
+    )
+    from memstore.models import (
+        AuditEntry,
+        ContentPart,
+        Conversation,
+        ConversationState,
+        ForgetReport,
+        ImagePart,
+        ImageURL,
+        LoadReport,
+        Message,
+        PruneReport,
+        StoredMessage,
+        StoreStats,
+        Summary,
+        TextPart,
+        ToolCall,
+    )
+    from memstore.store import ChatContext, MemoryStore
+    from memstore.tokens import (
+        ApproxCounter,
+        BaseTokenCounter,
+        FixedCounter,
+        TiktokenCounter,
+        TokenCounter,
+        counter_from_name,
+    )
+    from memstore.transfer import (
+        ExportResult,
+        ImportedConversation,
+        ImportResult,
+        export_jsonl,
+        import_jsonl,
+    )
+    from memstore.views import (
+        BufferedView,
+        ContextView,
+        HeadAndTailView,
+        RecentTurnsView,
+        ScoreBasedView,
+        TokenLimitedView,
+        UnboundedView,
+        view_from_config,
+    )
+    from memstore.views.history import HistorySource, ListHistory
+    from memstore.views.summary import SummaryView
+    from memstore.views.window import ContextWindow, Omission, WindowReport
 
     __version__: str
 
-#: Names imported on first use (PEP 562), so that ``import memstore`` stays quick for a
-#: fresh worker or a CLI call: the async store imports SQLAlchemy's asyncio extension and
-#: its ORM (a tenth of a second), and the version is read from the package metadata.
-_LAZY = {"AsyncChatContext": "memstore.aio", "AsyncMemoryStore": "memstore.aio"}
+#: Where each public name is defined. Names are imported on first use (PEP 562), so
+#: ``import memstore`` (and ``import memstore.errors``, or the ``memstore`` command's
+#: ``--help``) costs next to nothing: a name's module, and what it needs (SQLAlchemy,
+#: pydantic, the views...), is imported the first time the name is looked up, and kept.
+#: ``from memstore import MemoryStore`` works as always. The version is read from the
+#: package metadata on first use.
+_LAZY: dict[str, str] = {
+    "ApproxCounter": "memstore.tokens",
+    "AsyncChatContext": "memstore.aio",
+    "AsyncMemoryStore": "memstore.aio",
+    "AuditEntry": "memstore.models",
+    "BaseTokenCounter": "memstore.tokens",
+    "Block": "memstore.context.builder",
+    "BufferedView": "memstore.views",
+    "CacheInfo": "memstore._db.cache",
+    "ChatContext": "memstore.store",
+    "CompileReport": "memstore.context.builder",
+    "CompiledContext": "memstore.context.builder",
+    "ConfigurationError": "memstore.errors",
+    "ConflictError": "memstore.errors",
+    "ConnectionLostError": "memstore.errors",
+    "ContentPart": "memstore.models",
+    "ContextBudgetError": "memstore.errors",
+    "ContextBuilder": "memstore.context.builder",
+    "ContextView": "memstore.views",
+    "ContextWindow": "memstore.views.window",
+    "Conversation": "memstore.models",
+    "ConversationNotFoundError": "memstore.errors",
+    "ConversationState": "memstore.models",
+    "DatabaseBusyError": "memstore.errors",
+    "DatabaseError": "memstore.errors",
+    "DatabaseNotFoundError": "memstore.errors",
+    "Drop": "memstore.context.builder",
+    "ExportResult": "memstore.transfer",
+    "FixedCounter": "memstore.tokens",
+    "ForgetReport": "memstore.models",
+    "HeadAndTailView": "memstore.views",
+    "HistoryBlock": "memstore.context.builder",
+    "HistorySource": "memstore.views.history",
+    "ImagePart": "memstore.models",
+    "ImageURL": "memstore.models",
+    "ImportFormatError": "memstore.errors",
+    "ImportResult": "memstore.transfer",
+    "ImportedConversation": "memstore.transfer",
+    "InvalidInputError": "memstore.errors",
+    "ListHistory": "memstore.views.history",
+    "LoadReport": "memstore.models",
+    "MarkdownListFormatter": "memstore.context.formatters",
+    "MemoryStore": "memstore.store",
+    "MemstoreError": "memstore.errors",
+    "Message": "memstore.models",
+    "MessageNotFoundError": "memstore.errors",
+    "MissingDependencyError": "memstore.errors",
+    "NotFoundError": "memstore.errors",
+    "Omission": "memstore.views.window",
+    "PruneReport": "memstore.models",
+    "ReadOnlyError": "memstore.errors",
+    "RecentTurnsView": "memstore.views",
+    "SchemaOutOfDateError": "memstore.errors",
+    "SchemaTooNewError": "memstore.errors",
+    "ScoreBasedView": "memstore.views",
+    "StoreClosedError": "memstore.errors",
+    "StoreStats": "memstore.models",
+    "StoredMessage": "memstore.models",
+    "Strategy": "memstore.context.builder",
+    "Strict": "memstore.context.builder",
+    "Summarize": "memstore.context.builder",
+    "Summary": "memstore.models",
+    "SummaryView": "memstore.views.summary",
+    "TextPart": "memstore.models",
+    "Tier": "memstore.context.builder",
+    "TiktokenCounter": "memstore.tokens",
+    "TokenCounter": "memstore.tokens",
+    "TokenLimitedView": "memstore.views",
+    "TokenizerUnavailableError": "memstore.errors",
+    "ToolCall": "memstore.models",
+    "TransientError": "memstore.errors",
+    "TruncateOldest": "memstore.context.builder",
+    "UnboundedView": "memstore.views",
+    "WindowReport": "memstore.views.window",
+    "XMLFormatter": "memstore.context.formatters",
+    "counter_from_name": "memstore.tokens",
+    "export_jsonl": "memstore.transfer",
+    "import_jsonl": "memstore.transfer",
+    "inject_into_system": "memstore.context.formatters",
+    "view_from_config": "memstore.views",
+}
 
 
 def __getattr__(name: str) -> _Any:
-    if name in _LAZY:
+    module = _LAZY.get(name)
+    if module is not None:
         import importlib
 
-        value = getattr(importlib.import_module(_LAZY[name]), name)
+        value = getattr(importlib.import_module(module), name)
     elif name == "__version__":
         from importlib.metadata import PackageNotFoundError, version
 
@@ -127,10 +213,12 @@ def __getattr__(name: str) -> _Any:
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
 
+
 __all__ = [
     "ApproxCounter",
     "AsyncChatContext",
     "AsyncMemoryStore",
+    "AuditEntry",
     "BaseTokenCounter",
     "Block",
     "BufferedView",
@@ -155,6 +243,7 @@ __all__ = [
     "Drop",
     "ExportResult",
     "FixedCounter",
+    "ForgetReport",
     "HeadAndTailView",
     "HistoryBlock",
     "HistorySource",
@@ -174,6 +263,7 @@ __all__ = [
     "MissingDependencyError",
     "NotFoundError",
     "Omission",
+    "PruneReport",
     "ReadOnlyError",
     "RecentTurnsView",
     "SchemaOutOfDateError",

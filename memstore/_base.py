@@ -12,9 +12,10 @@ import asyncio
 import contextvars
 import functools
 import inspect
+import itertools
 import math
 import uuid
-from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -24,6 +25,7 @@ from memstore import migrate
 from memstore._db import ops as _ops
 from memstore._db import rewrite as _rewrite
 from memstore._db import rows as _rows
+from memstore._db import search as _search
 from memstore._db import snapshots as _snapshots
 from memstore._db import statements as _statements
 from memstore._db import window as _window
@@ -321,19 +323,6 @@ def check_metadata(metadata: Any) -> dict[str, Any]:
     return dict(metadata)
 
 
-def check_list_args(limit: Any, after: Any) -> tuple[int, str | None]:
-    """Validate ``list_conversations`` arguments."""
-    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 10_000:
-        raise InvalidInputError(f"limit must be an int in [1, 10000], got {_short(limit)}")
-    if after is not None:
-        if not isinstance(after, str):
-            raise InvalidInputError(f"after must be a conversation id or None, got {_short(after)}")
-        problem = text_problem(after)
-        if problem is not None:
-            raise InvalidInputError(f"after {_short(after)} {problem}")
-    return limit, after
-
-
 def coerce_message(message: Any) -> Message:
     """Accept a Message (a StoredMessage is re-written as its plain fields) or an OpenAI dict.
 
@@ -487,9 +476,6 @@ class Planner:
     def get_conversation(self, id: Any) -> Plan:
         return Plan(_ops.get_conversation, (check_conversation_id(id),))
 
-    def list_conversations(self, limit: Any, after: Any) -> Plan:
-        return Plan(_ops.list_conversations, check_list_args(limit, after))
-
     def delete_conversation(self, id: Any) -> Plan:
         return Plan(_ops.delete_conversation, (check_conversation_id(id),), write=True)
 
@@ -514,6 +500,36 @@ class Planner:
         return Plan(fn, (cid, self.counter.name), write=True,
                     prepare=lambda: prepare(self.counter, items), prepare_items=len(items),
                     direct=direct)
+
+    def extend_stream(self, conversation_id: Any, messages: Iterable[Any]) -> Plan:
+        """``extend(..., return_messages=False)``: read, check and write chunk by chunk.
+
+        The messages are consumed inside the write transaction, ``INSERT_CHUNK`` at a
+        time (each checked and counted, then inserted), so memory stays bounded by one
+        chunk however many there are; any failure (a bad message, the iterable's own
+        exception) rolls every chunk back.
+        """
+        cid = check_conversation_id(conversation_id)
+        if isinstance(messages, (str, bytes, Mapping, Message)):
+            raise InvalidInputError("extend expects a list of messages, not a single message")
+        try:
+            iterator = iter(messages)
+        except TypeError:
+            raise InvalidInputError(
+                f"extend expects an iterable of messages, not {type(messages).__name__}"
+            ) from None
+        counter = self.counter
+
+        def chunks() -> Iterator[list[_rows.Prepared]]:
+            while True:
+                items = list(itertools.islice(iterator, _ops.INSERT_CHUNK))
+                if not items:
+                    return
+                yield prepare(counter, items)
+
+        if self.cache is not None:
+            self.cache.note(cid)
+        return Plan(_ops.append_stream, (cid, counter.name, chunks()), write=True)
 
     def append(self, conversation_id: Any, message: Any) -> Plan:
         return self.extend(conversation_id, [message], one=True)
@@ -625,6 +641,41 @@ class Planner:
         return summarize_steps(cid, summarizer, keep, counter if counter is not None
                                else self.counter)
 
+
+    # search
+    def search(self, query: Any, conversation_id: Any, where: Any, roles: Any, since: Any,
+               until: Any, limit: Any, context: Any, mark: Any) -> Plan:
+        """Validate ``search``'s arguments (the query parsed) into one snapshot read."""
+        from memstore import search as _query
+        from memstore._validate import check_where
+
+        parsed = _query.parse_query(query)
+        ids: tuple[str, ...] | None
+        if conversation_id is None:
+            ids = None
+        elif isinstance(conversation_id, str):
+            ids = (check_conversation_id(conversation_id),)
+        elif isinstance(conversation_id, (list, tuple, set, frozenset)):
+            if len(conversation_id) > _query.MAX_LIMIT:
+                raise InvalidInputError(
+                    f"conversation_id lists {len(conversation_id)} conversations; at most "
+                    f"{_query.MAX_LIMIT} (or None: every conversation)")
+            ids = tuple(dict.fromkeys(check_conversation_id(c) for c in conversation_id))
+        else:
+            raise InvalidInputError(
+                "conversation_id must be a conversation id, a list of them, or None, got "
+                f"{_short(conversation_id)}")
+        since = _query.check_moment(since, "since")
+        until = _query.check_moment(until, "until")
+        request = _query.SearchRequest(
+            query=parsed, conversation_ids=ids, where=check_where(where),
+            roles=_query.check_roles(roles), since=since, until=until,
+            limit=_query.check_limit(limit), context=_query.check_context(context),
+            mark=_query.check_mark(mark))
+        # One statement (two or three for a small SQLite scope) needs no transaction;
+        # hits and their context are read from one snapshot.
+        return Plan(_search.search, (request,), snapshot=True,
+                    optimistic=request.context == 0)
 
 @dataclass(frozen=True)
 class RewriteCall:

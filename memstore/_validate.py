@@ -55,6 +55,7 @@ __all__ = [
     "check_size",
     "check_text",
     "check_token_count",
+    "check_where",
     "conversation_full",
     "is_async_callable",
     "json_size",
@@ -382,3 +383,63 @@ def validation_summary(exc: Any) -> str:
         msg = str(error.get("msg", "invalid")).removeprefix("Value error, ")
         parts.append(f"{loc}: {msg}" if loc else msg)
     return "; ".join(parts) or str(exc)
+
+
+#: The value types a metadata filter compares (``where={"user_id": "u1"}``).
+WhereValue = str | int | bool | None
+
+#: Most keys one ``where`` filter may name.
+MAX_WHERE_KEYS = 32
+
+#: Longest metadata key or string value a filter compares (longer ones are never indexed).
+MAX_WHERE_TEXT = 1000
+
+
+def check_where(where: Any, name: str = "where") -> dict[str, WhereValue] | None:
+    """A conversation-metadata filter: equality on top-level keys with scalar values.
+
+    The one filter language of ``list_conversations``, ``count_conversations``,
+    ``prune``, ``forget`` and ``search``. ``None`` and ``{}`` filter nothing. A value of
+    ``None`` matches a conversation whose metadata lacks the key or holds JSON ``null``;
+    a ``str``, ``int`` or ``bool`` matches a top-level value of the same JSON type and
+    value (``1`` matches the integer 1, not ``1.0`` and not ``true``). A key no
+    conversation has is simply no match.
+
+    Raises:
+        InvalidInputError: not a mapping; a key that is not a non-empty string; a value
+            that is not ``str``/``int``/``bool``/``None`` (lists and objects are not
+            compared); text that databases cannot store; too many keys.
+    """
+    if where is None:
+        return None
+    if not isinstance(where, Mapping):
+        raise InvalidInputError(
+            f"{name} must be a mapping of metadata keys to values, got {short_repr(where)}")
+    if len(where) > MAX_WHERE_KEYS:
+        raise InvalidInputError(f"{name} names {len(where)} keys; at most {MAX_WHERE_KEYS}")
+    out: dict[str, WhereValue] = {}
+    for key, value in where.items():
+        if not isinstance(key, str) or not key:
+            raise InvalidInputError(
+                f"{name} keys must be non-empty strings, got {short_repr(key)}")
+        problem = text_problem(key) or (
+            f"is longer than {MAX_WHERE_TEXT} characters" if len(key) > MAX_WHERE_TEXT else None)
+        if problem is not None:
+            raise InvalidInputError(f"{name} key {short_repr(key)} {problem}")
+        if isinstance(value, str):
+            problem = text_problem(value) or (
+                f"is longer than {MAX_WHERE_TEXT} characters"
+                if len(value) > MAX_WHERE_TEXT else None)
+            if problem is not None:
+                raise InvalidInputError(f"{name}[{key!r}] {problem}")
+        elif isinstance(value, int) and not isinstance(value, bool):
+            if abs(value) >= 2**63:
+                raise InvalidInputError(
+                    f"{name}[{key!r}] must be an integer of at most 63 bits, got "
+                    f"{short_repr(value)}")
+        elif value is not None and not isinstance(value, bool):
+            raise InvalidInputError(
+                f"{name}[{key!r}] must be a str, int, bool or None (equality on a top-level "
+                f"metadata value), got {type(value).__name__}")
+        out[key] = value
+    return out or None

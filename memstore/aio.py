@@ -22,14 +22,24 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from contextlib import nullcontext, suppress
-from typing import Any, TextIO
+from datetime import datetime, timedelta
+from types import EllipsisType
+from typing import Any, Literal, TextIO, overload
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
-from memstore import _base
+from memstore import _base, _lifecycle
 from memstore._base import Durability, MessageLike, MigrateMode, Plan, Summarizer
 from memstore._db import snapshots as _snapshots
 from memstore._db import stateio as _stateio
@@ -44,14 +54,18 @@ from memstore.errors import (
 )
 from memstore.migrate import amigration_turn
 from memstore.models import (
+    AuditEntry,
     Conversation,
     ConversationState,
+    ForgetReport,
     LoadReport,
     Message,
+    PruneReport,
     StoredMessage,
     StoreStats,
     Summary,
 )
+from memstore.search import DEFAULT_MARK, SearchHit
 from memstore.tokens import TokenCounter
 from memstore.views import ContextView
 from memstore.views.window import ContextWindow
@@ -318,13 +332,119 @@ class AsyncMemoryStore:
         return await self._execute(self._plan.get_conversation(id))  # type: ignore[no-any-return]
 
     async def list_conversations(
-        self, limit: int = 100, after: str | None = None
+        self,
+        limit: int = 100,
+        after: str | Conversation | None = None,
+        *,
+        where: Mapping[str, str | int | bool | None] | None = None,
+        parent_id: str | None = None,
+        updated_after: datetime | None = None,
+        updated_before: datetime | None = None,
+        order: Literal["id", "updated"] = "id",
     ) -> list[Conversation]:
-        """Conversations ordered by id.
+        """One page of conversations, filtered and keyset-paginated.
 
         See [`MemoryStore.list_conversations()`][memstore.MemoryStore.list_conversations].
         """
-        return await self._execute(self._plan.list_conversations(limit, after))  # type: ignore[no-any-return]
+        return await self._execute(_lifecycle.list_plan(  # type: ignore[no-any-return]
+            limit, after, where, parent_id, updated_after, updated_before, order))
+
+    async def count_conversations(
+        self,
+        *,
+        where: Mapping[str, str | int | bool | None] | None = None,
+        parent_id: str | None = None,
+        updated_after: datetime | None = None,
+        updated_before: datetime | None = None,
+    ) -> int:
+        """How many conversations the filters of ``list_conversations`` cover."""
+        return await self._execute(_lifecycle.count_plan(  # type: ignore[no-any-return]
+            where, parent_id, updated_after, updated_before))
+
+    async def update_conversation(
+        self,
+        id: str,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        merge: bool = True,
+        expires_at: datetime | timedelta | EllipsisType | None = ...,
+    ) -> Conversation:
+        """Change a conversation's metadata and/or expiry.
+
+        See [`MemoryStore.update_conversation()`][memstore.MemoryStore.update_conversation].
+        """
+        return await self._execute(_lifecycle.update_plan(  # type: ignore[no-any-return]
+            id, metadata, merge, expires_at))
+
+    async def fork(
+        self,
+        source_id: str,
+        new_id: str | None = None,
+        *,
+        at_seq: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Conversation:
+        """Copy a conversation up to ``at_seq`` into a new one.
+
+        See [`MemoryStore.fork()`][memstore.MemoryStore.fork].
+        """
+        return await self._execute(_lifecycle.fork_plan(  # type: ignore[no-any-return]
+            source_id, new_id, at_seq, metadata))
+
+    async def prune(
+        self,
+        *,
+        older_than: timedelta | None = None,
+        keep_last: int | None = None,
+        expired: bool = False,
+        where: Mapping[str, str | int | bool | None] | None = None,
+        conversation_ids: Iterable[str] | None = None,
+        keep_anchored: bool = True,
+        keep_summaries: bool = True,
+        drop_empty: bool = False,
+        dry_run: bool = False,
+        progress: Callable[[int], object] | None = None,
+    ) -> PruneReport:
+        """Delete what a retention policy covers, conversation by conversation.
+
+        See [`MemoryStore.prune()`][memstore.MemoryStore.prune].
+        """
+        steps = _lifecycle.prune_steps(
+            older_than, keep_last, expired, where, conversation_ids, keep_anchored,
+            keep_summaries, drop_empty, dry_run, progress)
+        plan = next(steps)
+        while True:
+            try:
+                plan = steps.send(await self._execute(plan))
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+
+    async def forget(
+        self,
+        *,
+        where: Mapping[str, str | int | bool | None] | None = None,
+        conversation_ids: Iterable[str] | None = None,
+        reason: str | None = None,
+        vacuum: bool = False,
+    ) -> ForgetReport:
+        """Erase everything of one subject, with an audit entry that holds none of it.
+
+        See [`MemoryStore.forget()`][memstore.MemoryStore.forget].
+        """
+        vacuum = check_flag(vacuum, "vacuum")
+        conversations, messages, entry = await self._execute(
+            _lifecycle.forget_plan(where, conversation_ids, reason))
+        if vacuum or self._engine.dialect.name == "sqlite":
+            await self._execute(_lifecycle.reclaim_plan())
+        return ForgetReport(conversations=conversations, messages=messages, audit_id=entry)
+
+    async def audit_log(self, limit: int = 100, after: int | None = None) -> list[AuditEntry]:
+        """The audit log, oldest first.
+
+        See [`MemoryStore.audit_log()`][memstore.MemoryStore.audit_log].
+        """
+        return await self._execute(  # type: ignore[no-any-return]
+            _lifecycle.audit_plan(limit, after))
 
     async def delete_conversation(self, id: str) -> None:
         """Delete a conversation and its messages.
@@ -346,14 +466,35 @@ class AsyncMemoryStore:
         """Store one message (see [`MemoryStore.append()`][memstore.MemoryStore.append])."""
         return await self._execute(self._plan.append(conversation_id, message))  # type: ignore[no-any-return]
 
-    async def extend(
-        self, conversation_id: str, messages: Iterable[MessageLike]
-    ) -> list[StoredMessage]:
+    @overload
+    async def extend(self, conversation_id: str,
+                     messages: Iterable[MessageLike]) -> list[StoredMessage]:
+        ...
+
+    @overload
+    async def extend(self, conversation_id: str, messages: Iterable[MessageLike], *,
+                     return_messages: Literal[True]) -> list[StoredMessage]:
+        ...
+
+    @overload
+    async def extend(self, conversation_id: str, messages: Iterable[MessageLike], *,
+                     return_messages: Literal[False]) -> int:
+        ...
+
+    async def extend(self, conversation_id: str, messages: Iterable[MessageLike], *,
+                     return_messages: bool = True) -> list[StoredMessage] | int:
         """Store several messages atomically.
 
-        See [`MemoryStore.extend()`][memstore.MemoryStore.extend].
+        See [`MemoryStore.extend()`][memstore.MemoryStore.extend]. With
+        ``return_messages=False`` the messages are read and counted in chunks inside the
+        transaction, in the event loop's thread (the count of a chunk holds the loop
+        briefly); a plain iterable, not an async one.
         """
-        return await self._execute(self._plan.extend(conversation_id, messages))  # type: ignore[no-any-return]
+        if not check_flag(return_messages, "return_messages"):
+            return await self._execute(  # type: ignore[no-any-return]
+                self._plan.extend_stream(conversation_id, messages))
+        return await self._execute(  # type: ignore[no-any-return]
+            self._plan.extend(conversation_id, messages))
 
     async def set_score(self, conversation_id: str, seq: int, score: float) -> StoredMessage:
         """Set a message's base importance.
@@ -464,6 +605,29 @@ class AsyncMemoryStore:
         """
         report = await self.restore_state(state, conversation_id, replace=replace)
         return report.conversation
+
+    # ---- search ---------------------------------------------------------------------
+
+    async def search(
+        self,
+        query: str,
+        *,
+        conversation_id: str | Sequence[str] | None = None,
+        where: Mapping[str, str | int | bool | None] | None = None,
+        roles: Sequence[str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 10,
+        context: int = 0,
+        mark: tuple[str, str] = DEFAULT_MARK,
+    ) -> list[SearchHit]:
+        """Find stored messages by their words, best match first.
+
+        See [`MemoryStore.search()`][memstore.MemoryStore.search].
+        """
+        plan = self._plan.search(query, conversation_id, where, roles, since, until, limit,
+                                 context, mark)
+        return await self._execute(plan)  # type: ignore[no-any-return]
 
     # ---- streaming ------------------------------------------------------------------
 

@@ -121,6 +121,8 @@ REVISIONS: tuple[str, ...] = (
     "0002_conversation_epoch",
     "0003_summaries",
     "0004_recount_changed_rules",
+    "0005",
+    "0006_lifecycle",
 )
 
 
@@ -602,8 +604,10 @@ def _refuse_partial_partitioned_downgrade(conn: Connection, position: int) -> No
     """
     if conn.dialect.name != "postgresql" or position == 0:
         return
-    summaries_from = REVISIONS.index("0003_summaries") + 1
-    if position >= summaries_from:
+    # The newest revision that creates a per-conversation table: a downgrade below it
+    # drops that (partitioned) table, and the upgrade back would create it plain.
+    tables_from = REVISIONS.index("0006_lifecycle") + 1
+    if position >= tables_from:
         return
     partitioned = conn.execute(text(
         "SELECT count(*) FROM pg_catalog.pg_partitioned_table p JOIN pg_catalog.pg_class c "
@@ -613,8 +617,9 @@ def _refuse_partial_partitioned_downgrade(conn: Connection, position: int) -> No
     if partitioned:
         raise ConfigurationError(
             f"this database has the partitioned layout: a downgrade to {_name(position)} "
-            "drops memstore_summaries, and an upgrade would create it again unpartitioned. "
-            "Downgrade to base (then create_partitioned), or to 0003_summaries or later"
+            "drops partitioned tables (memstore_conversation_keys, and memstore_summaries "
+            "below 0003), and an upgrade would create them again unpartitioned. Downgrade "
+            "to base (then create_partitioned), or to 0006_lifecycle or later"
         )
 
 
@@ -644,6 +649,7 @@ PARTITION_KEYS = {
     "memstore_conversations": "id",
     "memstore_messages": "conversation_id",
     "memstore_summaries": "conversation_id",
+    "memstore_conversation_keys": "conversation_id",
 }
 
 
@@ -682,7 +688,8 @@ def partitioned_ddl(partitions: int = 8) -> list[str]:
     dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
     copy = MetaData(naming_convention=schema.metadata.naming_convention)
     statements: list[str] = []
-    for source in (schema.conversations, schema.messages, schema.summaries):
+    for source in (schema.conversations, schema.messages, schema.summaries,
+                   schema.conversation_keys):
         table = source.to_metadata(copy)
         table.dialect_options["postgresql"]["partition_by"] = (
             f"HASH ({PARTITION_KEYS[table.name]})"
@@ -695,6 +702,16 @@ def partitioned_ddl(partitions: int = 8) -> list[str]:
         )
         for index in sorted(table.indexes, key=lambda ix: str(ix.name)):
             statements.append(str(CreateIndex(index).compile(dialect=dialect)).strip())
+    # Not per conversation: the audit log of forget (one row per call).
+    audit = schema.audit.to_metadata(copy)
+    statements.append(str(CreateTable(audit).compile(dialect=dialect)).strip())
+    statements.extend(schema.KEY_TRIGGERS["postgresql"])
+    # The search index (revision 0005): partitioned like memstore_messages, so a search of
+    # one conversation reads one partition. Its configuration: $MEMSTORE_SEARCH_LANGUAGE.
+    from memstore._db import search as _search
+
+    statements.extend(_search.postgresql_ddl(_search.configured_language(),
+                                             partitions=partitions))
     (head,) = heads()
     statements += [
         f"CREATE TABLE {VERSION_TABLE} (version_num VARCHAR(32) NOT NULL, "

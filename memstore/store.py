@@ -19,13 +19,15 @@ methods built from the same plans; only the ``await`` differs.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
-from typing import Any, TextIO
+from datetime import datetime, timedelta
+from types import EllipsisType
+from typing import Any, Literal, TextIO, overload
 
 from sqlalchemy import Connection, Engine
 
-from memstore import _base
+from memstore import _base, _lifecycle
 from memstore._base import Durability, MessageLike, MigrateMode, Plan, Summarizer
 from memstore._db import snapshots as _snapshots
 from memstore._db import stateio as _stateio
@@ -39,14 +41,18 @@ from memstore.errors import (
 )
 from memstore.migrate import migration_turn
 from memstore.models import (
+    AuditEntry,
     Conversation,
     ConversationState,
+    ForgetReport,
     LoadReport,
     Message,
+    PruneReport,
     StoredMessage,
     StoreStats,
     Summary,
 )
+from memstore.search import DEFAULT_MARK, SearchHit
 from memstore.tokens import TokenCounter
 from memstore.views import ContextView
 from memstore.views.window import ContextWindow
@@ -217,15 +223,228 @@ class MemoryStore:
         """Return one conversation. Raises ConversationNotFoundError when unknown."""
         return self._execute(self._plan.get_conversation(id))  # type: ignore[no-any-return]
 
-    def list_conversations(self, limit: int = 100, after: str | None = None) -> list[Conversation]:
-        """Conversations ordered by id, ``limit`` at a time, starting after id ``after``.
+    def list_conversations(
+        self,
+        limit: int = 100,
+        after: str | Conversation | None = None,
+        *,
+        where: Mapping[str, str | int | bool | None] | None = None,
+        parent_id: str | None = None,
+        updated_after: datetime | None = None,
+        updated_before: datetime | None = None,
+        order: Literal["id", "updated"] = "id",
+    ) -> list[Conversation]:
+        """One page of conversations, ``limit`` at a time, filtered and keyset-paginated.
 
-        Ids compare as the database compares text: by code point on SQLite, by the
-        database's collation on PostgreSQL (``en_US`` and ICU collations order case,
-        punctuation and spaces differently). Either way, paging with ``after`` visits
-        every conversation once.
+        ``where`` is the metadata filter shared with ``count_conversations``, ``prune``,
+        ``forget`` and ``search``: equality on top-level keys, all ANDed
+        (``{"user_id": "u1", "plan": "pro"}``); a value of ``None`` matches a missing
+        key or JSON ``null``; a key no conversation has is simply no match. It is an
+        index lookup on both databases ([lifecycle](lifecycle.md)).
+
+        With ``order="id"`` (default) pages go by id ascending; pass the previous
+        page's last id (or Conversation) as ``after``: paging visits every
+        conversation that exists throughout exactly once, whatever is written
+        meanwhile. Ids compare as the database compares text: by code point on
+        SQLite, by the database's collation on PostgreSQL. With ``order="updated"``
+        pages go newest ``updated_at`` first (ties by id, descending); pass the
+        previous page's last Conversation as ``after`` (a conversation written to
+        during the paging moves ahead of the cursor and is not listed again).
+
+        Args:
+            limit: conversations per page (1–10,000).
+            after: where the previous page ended (see above).
+            where: metadata equality filter.
+            parent_id: only the forks of this conversation (``fork`` records it).
+            updated_after: only conversations last written after this aware datetime.
+            updated_before: only conversations last written before this aware datetime.
+            order: ``"id"`` or ``"updated"``.
+
+        Raises:
+            InvalidInputError: a bad filter, bound, order, limit or cursor.
         """
-        return self._execute(self._plan.list_conversations(limit, after))  # type: ignore[no-any-return]
+        return self._execute(_lifecycle.list_plan(  # type: ignore[no-any-return]
+            limit, after, where, parent_id, updated_after, updated_before, order))
+
+    def count_conversations(
+        self,
+        *,
+        where: Mapping[str, str | int | bool | None] | None = None,
+        parent_id: str | None = None,
+        updated_after: datetime | None = None,
+        updated_before: datetime | None = None,
+    ) -> int:
+        """How many conversations the filters of ``list_conversations`` cover."""
+        return self._execute(_lifecycle.count_plan(  # type: ignore[no-any-return]
+            where, parent_id, updated_after, updated_before))
+
+    def update_conversation(
+        self,
+        id: str,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        merge: bool = True,
+        expires_at: datetime | timedelta | EllipsisType | None = ...,
+    ) -> Conversation:
+        """Change a conversation's metadata and/or expiry (one transaction, its row locked).
+
+        Args:
+            id: the conversation.
+            metadata: with ``merge=True`` (default) a shallow update of the top-level
+                keys, where a value of ``None`` removes the key; with ``merge=False``
+                the new metadata object, stored as given.
+            merge: see ``metadata``.
+            expires_at: when ``prune(expired=True)`` may delete the conversation: an
+                aware datetime, a ``timedelta`` from now, or ``None`` to never expire;
+                left as it is when not given.
+
+        Returns:
+            The conversation as stored afterwards (``updated_at`` is now).
+
+        Raises:
+            ConversationNotFoundError: unknown conversation.
+            InvalidInputError: nothing to change, metadata that is not a JSON object
+                (or too large once merged), a naive datetime.
+        """
+        return self._execute(_lifecycle.update_plan(  # type: ignore[no-any-return]
+            id, metadata, merge, expires_at))
+
+    def fork(
+        self,
+        source_id: str,
+        new_id: str | None = None,
+        *,
+        at_seq: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Conversation:
+        """Copy a conversation up to ``at_seq`` into a new one, to try another branch.
+
+        The fork holds the source's messages up to ``at_seq`` (default: all) with the
+        same seqs, ids, timestamps, scores, pins and stored token counts, and the
+        summaries whose range ends at or before ``at_seq``: one server-side
+        ``INSERT ... SELECT`` per table in one transaction (nothing is decoded or
+        re-tokenised, client memory stays flat). Its ``parent_id`` and
+        ``forked_at_seq`` record the lineage (``list_conversations(parent_id=...)``
+        lists a conversation's forks). Appends to either side never affect the other.
+
+        Args:
+            source_id: the conversation to copy.
+            new_id: the fork's id (a UUID string when omitted).
+            at_seq: the newest seq to copy; ``first_seq - 1`` copies no message.
+            metadata: the fork's metadata (default: a copy of the source's).
+
+        Raises:
+            ConversationNotFoundError: unknown source.
+            ConflictError: ``new_id`` is taken.
+            InvalidInputError: ``at_seq`` outside the source's seqs, or one that would
+                split a tool-call unit (a call kept without its results).
+        """
+        return self._execute(_lifecycle.fork_plan(  # type: ignore[no-any-return]
+            source_id, new_id, at_seq, metadata))
+
+    def prune(
+        self,
+        *,
+        older_than: timedelta | None = None,
+        keep_last: int | None = None,
+        expired: bool = False,
+        where: Mapping[str, str | int | bool | None] | None = None,
+        conversation_ids: Iterable[str] | None = None,
+        keep_anchored: bool = True,
+        keep_summaries: bool = True,
+        drop_empty: bool = False,
+        dry_run: bool = False,
+        progress: Callable[[int], object] | None = None,
+    ) -> PruneReport:
+        """Delete what a retention policy covers, conversation by conversation.
+
+        ``older_than`` deletes messages created before now − ``older_than``, except
+        each conversation's newest ``keep_last`` (which wins); ``keep_last`` alone
+        keeps only the newest ``keep_last``. What goes is always the oldest part of a
+        conversation (seqs stay contiguous), and it ends at a unit boundary: no tool
+        result outlives its call, or the reverse. ``expired=True`` deletes whole
+        conversations whose ``expires_at`` has passed. See [lifecycle](lifecycle.md).
+
+        Each conversation is pruned in its own short transaction, under its row lock,
+        in bounded memory; other processes may append meanwhile (a message appended
+        during the prune is deleted only if the policy covers it). Every store sees
+        the deletions (counts, epochs and the row cache stay right).
+
+        Args:
+            older_than: the age past which messages go.
+            keep_last: how many of each conversation's newest messages always stay.
+            expired: delete the conversations whose ``expires_at`` has passed.
+            where: only conversations whose metadata matches (as ``list_conversations``).
+            conversation_ids: only these conversations.
+            keep_anchored: keep system, developer and pinned messages (default), moved up
+                to sit right before the first kept message, so windows keep them; a
+                tool-call unit holding a pinned message stops the prune before it.
+            keep_summaries: keep the summaries of deleted ranges (default), so
+                ``SummaryView`` still shows what was there.
+            drop_empty: delete a conversation left with no message.
+            dry_run: count what would go; write nothing.
+            progress: called with the number of conversations done since its last call.
+
+        Raises:
+            InvalidInputError: no policy ("nothing to prune": a prune never means
+                "delete everything"), or a bad argument.
+        """
+        return self._drive(_lifecycle.prune_steps(  # type: ignore[no-any-return]
+            older_than, keep_last, expired, where, conversation_ids, keep_anchored,
+            keep_summaries, drop_empty, dry_run, progress))
+
+    def forget(
+        self,
+        *,
+        where: Mapping[str, str | int | bool | None] | None = None,
+        conversation_ids: Iterable[str] | None = None,
+        reason: str | None = None,
+        vacuum: bool = False,
+    ) -> ForgetReport:
+        """Erase everything of one subject, with an audit entry that holds none of it.
+
+        Deletes the selected conversations — their messages, summaries, metadata and
+        search index entries — and every fork descending from them (a fork holds copies
+        of its parent's messages), in one transaction, then appends an entry to the
+        audit log: when, how many conversations and messages, the caller's ``reason``,
+        and a sha256 digest of the selector (never its values). See
+        [lifecycle](lifecycle.md) for what each database keeps until it reclaims space.
+
+        On SQLite the deletes run with ``secure_delete`` (freed content is overwritten
+        with zeros) and a truncating WAL checkpoint follows, so the text can no longer
+        be read from the database file or its WAL (unless another connection holds an
+        old snapshot at that moment; it is reclaimed at the next checkpoint). On
+        PostgreSQL, ``vacuum=True`` runs ``VACUUM`` on memstore's tables afterwards.
+
+        Args:
+            where: metadata equality filter (as ``list_conversations``).
+            conversation_ids: conversations to erase.
+            reason: why (stored in the audit entry; keep personal data out of it).
+            vacuum: PostgreSQL: ``VACUUM`` memstore's tables after the delete.
+
+        Raises:
+            InvalidInputError: no selector (a forget never means "delete everything"),
+                or a bad argument.
+        """
+        vacuum = check_flag(vacuum, "vacuum")
+        conversations, messages, entry = self._execute(
+            _lifecycle.forget_plan(where, conversation_ids, reason))
+        if vacuum or self._engine.dialect.name == "sqlite":
+            self._execute(_lifecycle.reclaim_plan())
+        return ForgetReport(conversations=conversations, messages=messages, audit_id=entry)
+
+    def audit_log(self, limit: int = 100, after: int | None = None) -> list[AuditEntry]:
+        """The audit log (what ``forget`` erased), oldest first, after entry id ``after``."""
+        return self._execute(_lifecycle.audit_plan(limit, after))  # type: ignore[no-any-return]
+
+    def _drive(self, steps: Generator[Plan, Any, Any]) -> Any:
+        """Run a sequence of plans (each its own transaction), sending back each result."""
+        plan = next(steps)
+        while True:
+            try:
+                plan = steps.send(self._execute(plan))
+            except StopIteration as stop:
+                return stop.value
 
     def delete_conversation(self, id: str) -> None:
         """Delete a conversation and all its messages (one transaction)."""
@@ -260,8 +479,33 @@ class MemoryStore:
         """
         return self._execute(self._plan.append(conversation_id, message))  # type: ignore[no-any-return]
 
+    @overload
     def extend(self, conversation_id: str, messages: Iterable[MessageLike]) -> list[StoredMessage]:
-        """Store several messages in one transaction: all of them or none."""
+        ...
+
+    @overload
+    def extend(self, conversation_id: str, messages: Iterable[MessageLike], *,
+               return_messages: Literal[True]) -> list[StoredMessage]:
+        ...
+
+    @overload
+    def extend(self, conversation_id: str, messages: Iterable[MessageLike], *,
+               return_messages: Literal[False]) -> int:
+        ...
+
+    def extend(self, conversation_id: str, messages: Iterable[MessageLike], *,
+               return_messages: bool = True) -> list[StoredMessage] | int:
+        """Store several messages in one transaction: all of them or none.
+
+        Returns one [`StoredMessage`][memstore.StoredMessage] per input message. With
+        ``return_messages=False`` it returns how many messages it took instead, and
+        reads, checks and writes them in chunks inside the transaction, so memory stays
+        bounded however many there are (a generator of millions of messages is fine);
+        still all of them or none.
+        """
+        if not check_flag(return_messages, "return_messages"):
+            return self._execute(  # type: ignore[no-any-return]
+                self._plan.extend_stream(conversation_id, messages))
         return self._execute(self._plan.extend(conversation_id, messages))  # type: ignore[no-any-return]
 
     def set_score(self, conversation_id: str, seq: int, score: float) -> StoredMessage:
@@ -450,6 +694,57 @@ class MemoryStore:
                 messages after the stored ones.
         """
         return self.restore_state(state, conversation_id, replace=replace).conversation
+
+    # ---- search ---------------------------------------------------------------------
+
+    def search(
+        self,
+        query: str,
+        *,
+        conversation_id: str | Sequence[str] | None = None,
+        where: Mapping[str, str | int | bool | None] | None = None,
+        roles: Sequence[str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 10,
+        context: int = 0,
+        mark: tuple[str, str] = DEFAULT_MARK,
+    ) -> list[SearchHit]:
+        """Find stored messages by their words, best match first.
+
+        Searches every conversation, or those named, for the messages whose text,
+        tool-call names and arguments, or tool results match ``query`` (see
+        [search](search.md) for what is indexed and the two databases' differences).
+
+        The query language is PostgreSQL's ``websearch_to_tsquery``'s: plain words are
+        ANDed, ``"a quoted phrase"`` matches in order, ``OR`` between two terms matches
+        either, ``-word`` excludes. Matching ignores case (and, on SQLite and for
+        PostgreSQL's folded text, Latin diacritics). Any query is searched or refused
+        with ``InvalidInputError`` naming the problem.
+
+        Args:
+            query: what to look for.
+            conversation_id: one conversation id, a list of them, or ``None`` for all.
+            where: conversation-metadata equality filters (as ``list_conversations``'s).
+            roles: only messages of these roles (e.g. ``["user", "assistant"]``).
+            since: only messages created at or after this time (timezone-aware).
+            until: only messages created before this time (timezone-aware).
+            limit: most hits returned (1–1,000).
+            context: messages of context each hit carries on each side (0–50).
+            mark: what wraps each matched word in a hit's snippet.
+
+        Returns:
+            The hits ([`SearchHit`][memstore.SearchHit]), best first. A search reads one
+            snapshot and never writes.
+
+        Raises:
+            InvalidInputError: a bad argument or a query that cannot be searched
+                (nothing is read).
+            MissingDependencyError: SQLite without FTS5 (the message names the fix).
+        """
+        plan = self._plan.search(query, conversation_id, where, roles, since, until, limit,
+                                 context, mark)
+        return self._execute(plan)  # type: ignore[no-any-return]
 
     # ---- streaming ------------------------------------------------------------------
 

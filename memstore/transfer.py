@@ -98,6 +98,8 @@ class ExportResult(BaseModel):
 
     model_config = _FROZEN
 
+    __str__ = BaseModel.__repr__  # print() names the class
+
     conversations: int
     messages: int
     summaries: int = 0
@@ -121,6 +123,8 @@ class ImportedConversation(BaseModel):
 
     model_config = _FROZEN
 
+    __str__ = BaseModel.__repr__  # print() names the class
+
     id: str
     written: int
     unchanged: int
@@ -134,6 +138,8 @@ class ImportResult(BaseModel):
     """What `import_jsonl()` did, one entry per conversation in file order."""
 
     model_config = _FROZEN
+
+    __str__ = BaseModel.__repr__  # print() names the class
 
     conversations: list[ImportedConversation]
 

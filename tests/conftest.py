@@ -44,10 +44,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if slow:
         config.hook.pytest_deselected(items=slow)
         items[:] = [item for item in items if not stress(item)]
-        config.stash[_LEFT_OUT] = len(slow)
+    config.stash[_LEFT_OUT] = len(slow)
+    workeroutput = getattr(config, "workeroutput", None)
+    if workeroutput is not None:  # a pytest-xdist worker: tell the controller
+        workeroutput["memstore_left_out"] = len(slow)
 
 
 _LEFT_OUT = pytest.StashKey[int]()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """pytest-xdist: each worker collected the same tests; keep what it left out."""
+    left_out = getattr(node, "workeroutput", {}).get("memstore_left_out")
+    if left_out is not None:
+        node.config.stash[_LEFT_OUT] = left_out
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -60,7 +71,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.write_line(
         f"memstore: the quick suite ran: property tests on 1/{QUICK_FRACTION} of their "
         f"examples, {config.stash.get(_LEFT_OUT, 0)} stress tests left out (deselected). "
-        "The whole suite, as CI runs it: MEMSTORE_FULL_TESTS=1 .venv/bin/python -m pytest -q")
+        "The whole suite, as CI runs it: MEMSTORE_FULL_TESTS=1 .venv/bin/python -m pytest -q -n 2")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -128,7 +139,8 @@ def pg_url(postgres: PostgresServer) -> str:
 def _empty_pg(url: str) -> None:
     engine = create_engine(url)
     with engine.begin() as conn:
-        conn.execute(text("TRUNCATE memstore_summaries, memstore_messages, memstore_conversations"))
+        conn.execute(text("TRUNCATE memstore_summaries, memstore_messages, "
+                          "memstore_conversation_keys, memstore_conversations, memstore_audit"))
     engine.dispose()
 
 

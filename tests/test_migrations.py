@@ -288,10 +288,11 @@ def test_relative_revision_forms_walk_memstore_history(empty_db_url: str) -> Non
     migrate.upgrade(empty_db_url, "0001_initial")  # at or past the target: nothing to do
     assert migrate.current(empty_db_url) == (HEAD,)
     migrate.downgrade(empty_db_url, "-1")
-    assert migrate.current(empty_db_url) == ("0003_summaries",)
-    migrate.downgrade(empty_db_url, "head-3")
+    assert migrate.current(empty_db_url) == (migrate.REVISIONS[-2],)
+    n = len(migrate.REVISIONS)
+    migrate.downgrade(empty_db_url, f"head-{n - 1}")
     assert migrate.current(empty_db_url) == ("0001_initial",)
-    migrate.downgrade(empty_db_url, "head-4")
+    migrate.downgrade(empty_db_url, f"head-{n}")
     assert migrate.current(empty_db_url) == ()
 
 
@@ -300,9 +301,9 @@ BAD_REVISIONS = [
     ("upgrade", "head-9", "before base"),
     ("upgrade", "head+1", "past head"),
     ("upgrade", "base-1", "before base"),  # Alembic resolves it to head
-    ("upgrade", "base+5", "past head"),
-    ("upgrade", "0001_initial+5", "past head"),
-    ("upgrade", "+5", "past head"),
+    ("upgrade", "base+9", "past head"),
+    ("upgrade", "0001_initial+9", "past head"),
+    ("upgrade", "+9", "past head"),
     ("upgrade", "-1", "use downgrade"),
     ("upgrade", "", "empty"),
     ("upgrade", " ", "empty"),
@@ -461,8 +462,8 @@ def test_sqlite_paths_that_cannot_be_a_database(tmp_path: Path) -> None:
         migrate.check(url)
     migrate.upgrade(url, "base")
     migrate.downgrade(url, "base")
-    with pytest.raises(InvalidInputError, match="revision '\\+5'"):
-        migrate.upgrade(url, "+5")
+    with pytest.raises(InvalidInputError, match="revision '\\+9'"):
+        migrate.upgrade(url, "+9")
     with pytest.raises(ConfigurationError, match="PostgreSQL's"):
         migrate.create_partitioned(url)
     assert list(tmp_path.iterdir()) == []
@@ -651,18 +652,30 @@ def no_tiktoken_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         counter_from_name(UNKNOWN)
 
 
-def _check_recount(url: str) -> None:
-    """Write at 0003 as the earlier code did, upgrade, and check what 0004 changed."""
+def _stamp(url: str, revision: str) -> None:
+    _execute(url, f"UPDATE {VERSION_TABLE} SET version_num = '{revision}'")
+
+
+def _check_recount(url: str, partitioned: bool = False) -> None:
+    """Write at 0003 as the earlier code did, upgrade, and check what 0004 changed.
+
+    ``partitioned``: the layout was created at head and stamped 0003 (0004 only changes
+    rows), so it is stamped back rather than taken through the later revisions.
+    """
     _write_as_the_earlier_code(url)
     rows, conversations = _snapshot(url)
-    migrate.upgrade(url)
-    assert migrate.current(url) == (RECOUNT,) == migrate.heads()
+    migrate.upgrade(url, RECOUNT)
+    assert migrate.current(url) == (RECOUNT,)
     after_rows, after_conversations = _snapshot(url)
     assert after_rows.keys() == rows.keys()
     changed = {key for key in rows if after_rows[key] != rows[key]}
     assert changed == {("tools", 2), ("tools", 12), ("images", 1),
                        ("stale", 2), ("stale", 5)}
     tiktoken, approx = TiktokenCounter(), ApproxCounter(4)
+    if partitioned:
+        _stamp(url, migrate.heads()[0])
+    else:
+        migrate.upgrade(url)
     with MemoryStore(url, counter=tiktoken, migrate="check") as store:
         stored = {(cid, m.seq): m for cid in conversations for m in store.messages(cid)}
     for key, counter in ((("tools", 2), tiktoken), (("tools", 12), tiktoken),
@@ -689,8 +702,11 @@ def _check_recount(url: str) -> None:
         assert new_epoch != 0
     assert after_conversations["stale"][0] == conversations["stale"][0]
     # a second run (after going down and up) finds nothing to change
-    migrate.downgrade(url, "-1")
-    migrate.upgrade(url)
+    if partitioned:
+        _stamp(url, "0003_summaries")
+    else:
+        migrate.downgrade(url, "0003_summaries")
+    migrate.upgrade(url, RECOUNT)
     assert _snapshot(url) == (after_rows, after_conversations)
 
 
@@ -705,8 +721,8 @@ def test_0004_recounts_rows_the_changed_rules_count(empty_db_url: str) -> None:
 def test_0004_recounts_on_the_partitioned_layout(postgres: Any) -> None:
     url: str = postgres.create_database("memstore_mig_part")
     migrate.create_partitioned(url, 4)
-    _execute(url, f"UPDATE {VERSION_TABLE} SET version_num = '0003_summaries'")
-    _check_recount(url)
+    _stamp(url, "0003_summaries")
+    _check_recount(url, partitioned=True)
 
 
 def test_0004_windows_fit_their_budgets_after_the_upgrade(empty_db_url: str) -> None:
@@ -728,7 +744,7 @@ def test_0004_windows_fit_their_budgets_after_the_upgrade(empty_db_url: str) -> 
             assert window.token_count == view.token_limit
             assert counter.count_messages(window.messages) > view.token_limit  # over budget
         migrate.upgrade(empty_db_url)
-        fresh = {counter.name: MemoryStore(empty_db_url, counter=counter, migrate="check")
+        fresh = {counter.name: MemoryStore(empty_db_url, counter=counter, migrate="upgrade")
                  for counter, _ in cases}
         try:
             for counter, cid in cases:
@@ -816,7 +832,7 @@ def test_0004_reads_again_a_conversation_changed_while_it_runs(postgres: Any) ->
 
             def upgrade() -> None:
                 try:
-                    migrate.upgrade(url)
+                    migrate.upgrade(url, RECOUNT)
                 except BaseException as exc:  # pragma: no cover - reported below
                     errors.append(exc)
 
@@ -845,7 +861,7 @@ def test_0004_reads_again_a_conversation_changed_while_it_runs(postgres: Any) ->
         assert not thread.is_alive() and not errors
         assert migrate.current(url) == (RECOUNT,)
         rows, conversations = _snapshot(url)
-        with MemoryStore(url, counter=tiktoken, migrate="check") as store:
+        with MemoryStore(url, counter=tiktoken, migrate="upgrade") as store:
             tools = {m.seq: m for m in store.messages("tools")}
         assert len(tools[2].tool_calls or ()) == 3
         for seq in (2, 12):  # read again under the lock, and the one row not changed
@@ -867,7 +883,7 @@ def _second_empty_db(empty_db_url: str, request: pytest.FixtureRequest, tmp_path
 def _at_head_with_tables(url: str) -> None:
     assert migrate.is_current(url)
     assert _tables(url) >= MEMSTORE_TABLES
-    with MemoryStore(url, counter=FixedCounter(), migrate="check") as store:
+    with MemoryStore(url, counter=FixedCounter(), migrate="upgrade") as store:
         store.append("c", Message.user("hi"))
         assert store.get_message("c", 1).text == "hi"
 

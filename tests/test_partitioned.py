@@ -68,7 +68,8 @@ def partitioned_url(postgres: Any) -> str:
 def _empty(url: str) -> None:
     engine = create_engine(url)
     with engine.begin() as conn:
-        conn.execute(text("TRUNCATE memstore_summaries, memstore_messages, memstore_conversations"))
+        conn.execute(text("TRUNCATE memstore_summaries, memstore_messages, "
+                          "memstore_conversation_keys, memstore_conversations, memstore_audit"))
     engine.dispose()
 
 
@@ -145,6 +146,8 @@ def test_layout_is_the_migrated_schema_hash_partitioned(partitioned_url: str,
                 "ORDER BY c.relname"
             )).all()
         assert [tuple(r) for r in rows] == [
+            ("fts_memstore_messages", "h", "conversation_id", PARTITIONS),  # search index
+            ("memstore_conversation_keys", "h", "conversation_id", PARTITIONS),
             ("memstore_conversations", "h", "id", PARTITIONS),
             ("memstore_messages", "h", "conversation_id", PARTITIONS),
             ("memstore_summaries", "h", "conversation_id", PARTITIONS),
@@ -223,11 +226,11 @@ def test_a_downgrade_that_would_leave_the_layout_half_plain_is_refused(postgres:
     next upgrade created it unpartitioned while `db check` passed."""
     url = postgres.create_database("memstore_part_down")
     migrate.create_partitioned(url, 2)
-    for target in ("0002_conversation_epoch", "0001_initial", "-2"):
+    for target in ("0005", "0003_summaries", "0002_conversation_epoch", "0001_initial", "-1"):
         with pytest.raises(ConfigurationError, match="partitioned layout"):
             migrate.downgrade(url, target)
     assert migrate.is_current(url)
-    migrate.downgrade(url, "0003_summaries")  # keeps every table: allowed
+    migrate.downgrade(url, "0006_lifecycle")  # keeps every table: allowed (a no-op here)
     migrate.upgrade(url)
     migrate.downgrade(url, "base")  # drops every table: allowed
     migrate.create_partitioned(url, 2)
@@ -248,7 +251,7 @@ def test_cli_prints_the_ddl_for_a_dba() -> None:
     )
     ddl = result.stdout
     assert "PARTITION BY HASH (id)" in ddl and "PARTITION BY HASH (conversation_id)" in ddl
-    assert ddl.count("FOR VALUES WITH (MODULUS 4,") == 12  # three tables
+    assert ddl.count("FOR VALUES WITH (MODULUS 4,") == 20  # four tables and the search index
     assert "WHERE anchored" in ddl and "ON DELETE CASCADE" in ddl
     assert f"VALUES ('{migrate.heads()[0]}')" in ddl
     assert ddl.startswith("BEGIN;") and ddl.rstrip().endswith("COMMIT;")
@@ -392,3 +395,59 @@ def test_every_hot_statement_touches_one_partition(
                 checked += 1
         conn.rollback()
     assert checked >= len(statements)
+
+
+# ---- search: a search of one conversation reads one partition --------------------------------
+
+SEARCH_PARTITION = re.compile(
+    r"\b(fts_memstore_messages|memstore_messages|memstore_conversations|"
+    r"memstore_conversation_keys|memstore_summaries)_p(\d+)\b")
+
+
+def test_a_conversation_scoped_search_touches_one_partition(
+    recorded: tuple[Engine, list[tuple[str, Any]]]
+) -> None:
+    """Every statement of ``search(conversation_id=...)`` (the ranked hits and their
+    context) touches one partition of each table, the index's included, in custom and in
+    generic plans. A search of every conversation fans out to every partition (and, on
+    Citus, to every shard): docs/search.md says so."""
+    from datetime import datetime, timedelta, timezone
+
+    engine, seen = recorded
+    store = MemoryStore(engine=engine, counter=FixedCounter(1), cache_size=0)
+    try:
+        for i in range(24):
+            store.extend(f"other-{i}", [Message.user("flight to paris"),
+                                        Message.assistant("paris flight booked")])
+        store.extend("scoped", [Message.user(f"note {i} flight paris") for i in range(6)])
+        seen.clear()
+        store.search("flight paris", conversation_id="scoped", context=1)
+        store.search("flight -note OR paris", conversation_id="scoped", roles=["user"],
+                     since=datetime.now(timezone.utc) - timedelta(hours=1), context=2,
+                     limit=3)
+    finally:
+        store.close()
+    statements = [(s, p) for s, p in seen if "memstore_messages" in s]
+    assert len(statements) >= 3
+    with engine.connect() as conn:
+        raw: Any = conn.connection.dbapi_connection
+        for index, (statement, params) in enumerate(statements):
+            custom = conn.exec_driver_sql("EXPLAIN " + statement, params).all()
+            conn.exec_driver_sql("SET plan_cache_mode = force_generic_plan")
+            positional, names = _positional(statement)
+            conn.exec_driver_sql(f"PREPARE memstore_search_explain_{index} AS {positional}")
+            literals = ", ".join(pgsql.Literal(params[n]).as_string(raw) for n in names)
+            generic = conn.exec_driver_sql(
+                f"EXPLAIN EXECUTE memstore_search_explain_{index}({literals})").all()
+            conn.exec_driver_sql(f"DEALLOCATE memstore_search_explain_{index}")
+            conn.exec_driver_sql("RESET plan_cache_mode")
+            for mode, rows in (("custom", custom), ("generic", generic)):
+                plan = "\n".join(r[0] for r in rows)
+                found: dict[str, set[str]] = {}
+                for table, number in SEARCH_PARTITION.findall(plan):
+                    found.setdefault(table, set()).add(number)
+                where = f"{mode} plan of:\n{statement}\n{plan}"
+                assert found, where
+                assert all(len(numbers) == 1 for numbers in found.values()), where
+                assert len(set().union(*found.values())) == 1, where
+        conn.rollback()

@@ -462,3 +462,65 @@ async def test_reads_of_a_conversation_never_written_are_empty(store: Any) -> No
     assert [m.text for m in window.messages] == ["hi"]
     assert window.report.conversation_exists is True
     assert await call(store.count_tokens("new")) > 0
+
+
+async def test_extend_without_messages_back_streams_all_or_nothing(store: Any) -> None:
+    from memstore._db.ops import INSERT_CHUNK
+
+    n = 2 * INSERT_CHUNK + 7
+
+    def chat(count: int, bad_at: int | None = None) -> Any:
+        for i in range(count):
+            if i == bad_at:
+                yield {"role": "nobody", "content": "x"}
+            yield Message.user(f"m{i}", id=f"id{i}")
+
+    assert await call(store.extend("s", chat(n), return_messages=False)) == n
+    assert await call(store.count_tokens("s")) > 0
+    stored = await call(store.messages("s"))
+    assert [m.id for m in stored] == [f"id{i}" for i in range(n)]
+    # ids already stored (by this call's earlier chunks or before) are not stored again
+    assert await call(store.extend("s", chat(n + 3), return_messages=False)) == n + 3
+    assert len(await call(store.messages("s"))) == n + 3
+    # a bad message in the third chunk, or the iterable's own error: nothing is written
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="role"):
+        await call(store.extend("t", chat(n, bad_at=2 * INSERT_CHUNK + 1),
+                                return_messages=False))
+
+    def failing() -> Any:
+        yield from chat(INSERT_CHUNK + 1)
+        raise RuntimeError("source went away")
+
+    with pytest.raises(RuntimeError, match="went away"):
+        await call(store.extend("t", failing(), return_messages=False))
+    assert await call(store.messages("t")) == []
+    with pytest.raises(InvalidInputError, match="return_messages"):
+        await call(store.extend("t", [], return_messages="no"))
+
+
+def test_extend_without_messages_back_holds_one_chunk_in_memory(db_url: str) -> None:
+    import tracemalloc
+
+    from memstore import MemoryStore
+    from memstore._db.ops import INSERT_CHUNK
+    from memstore.tokens import FixedCounter
+
+    store = MemoryStore(db_url, counter=FixedCounter(), cache_size=0)
+
+    def peak(cid: str, count: int) -> int:
+        messages = (Message.user("lorem ipsum dolor sit amet " * 20) for _ in range(count))
+        tracemalloc.start()
+        try:
+            assert store.extend(cid, messages, return_messages=False) == count
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    try:
+        peak("warm", INSERT_CHUNK)
+        small, large = peak("small", 2 * INSERT_CHUNK), peak("large", 12 * INSERT_CHUNK)
+        assert large < 2 * small, (small, large)  # six times the messages, flat memory
+    finally:
+        store.close()

@@ -317,11 +317,11 @@ async def test_a_budgeted_window_reads_its_first_page_with_the_first_statement(
     writer.close()
 
 
-async def test_a_missing_conversation_is_still_not_found_with_a_budget(store: Any) -> None:
-    from memstore.errors import ConversationNotFoundError
-
-    with pytest.raises(ConversationNotFoundError):
-        await call(store.window("nobody", TokenLimitedView(600)))
+async def test_a_missing_conversation_is_an_empty_window_with_a_budget(store: Any) -> None:
+    # The budgeted path's first statement also reads the first page (PostgreSQL): a
+    # conversation it does not find is an empty window there too.
+    window = await call(store.window("nobody", TokenLimitedView(600, reserve=599)))
+    assert window.messages == [] and not window.report.conversation_exists
 
 
 @pytest.mark.parametrize("view", [TokenLimitedView(600), TokenLimitedView(600, start_on_user=True),

@@ -10,7 +10,7 @@ serves a window's reads).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -91,11 +91,6 @@ def create_conversation(
 def get_conversation(conn: Connection, cid: str) -> Conversation:
     """One conversation."""
     return to_conversation(conversation_row(conn, cid))
-
-
-def list_conversations(conn: Connection, limit: int, after: str | None) -> list[Conversation]:
-    """Conversations ordered by id, after ``after``."""
-    return [to_conversation(r) for r in conn.execute(q.list_conversations(limit, after))]
 
 
 #: Messages deleted per DELETE statement when a whole conversation goes (one transaction):
@@ -203,6 +198,22 @@ def append_messages(
     for i, j in repeats.items():
         results[i] = results[j]
     return [r for r in results if r is not None]
+
+
+def append_stream(
+    conn: Connection, cid: str, counter: str, chunks: Iterator[Sequence[Prepared]]
+) -> int:
+    """Append chunk after chunk in the open transaction; returns how many messages it took.
+
+    Each chunk is appended as `append_messages()` appends a batch (ids already stored,
+    in this call or before, are returned, not stored again) and dropped before the next
+    is read, so memory is bounded by one chunk however long ``chunks`` runs. The
+    transaction is the caller's: all of it is stored, or none.
+    """
+    taken = 0
+    for batch in chunks:
+        taken += len(append_messages(conn, cid, counter, batch))
+    return taken
 
 
 def allocated(last: Any, cid: str, count: int) -> int:

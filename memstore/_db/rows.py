@@ -282,6 +282,9 @@ def to_conversation(row: Row[Any]) -> Conversation:
         "metadata": m["metadata"] if m["metadata"] is not None else {},
         "message_count": int(m["last_seq"]) - int(m["first_seq"]) + 1,
         "token_count": int(m["token_count"]),
+        "expires_at": m.get("expires_at"),
+        "parent_id": m.get("parent_id"),
+        "forked_at_seq": None if m.get("forked_at_seq") is None else int(m["forked_at_seq"]),
     })
 
 

@@ -12,6 +12,10 @@ on ``conversation_id``):
   (system, developer, pinned) so views fetch them without scanning.
 * ``memstore_summaries``: stored summaries of a conversation's older messages,
   primary key ``(conversation_id, number)``; deleting a conversation deletes them.
+* ``memstore_conversation_keys``: the index of conversations' top-level scalar metadata
+  (one row per key), kept by triggers on ``memstore_conversations`` in the same
+  transaction as every write of metadata (`KEY_TRIGGERS`); ``where=`` filters read it.
+* ``memstore_audit``: what ``forget`` erased and why, without the erased values.
 """
 
 from __future__ import annotations
@@ -41,7 +45,17 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import JSON, TypeDecorator
 
-__all__ = ["VERSION_TABLE", "conversations", "messages", "metadata", "summaries"]
+__all__ = [
+    "KEYS_BACKFILL",
+    "KEY_TRIGGERS",
+    "VERSION_TABLE",
+    "audit",
+    "conversation_keys",
+    "conversations",
+    "messages",
+    "metadata",
+    "summaries",
+]
 
 #: memstore's own Alembic version table, so it can live beside a host application's.
 VERSION_TABLE = "memstore_alembic_version"
@@ -106,10 +120,139 @@ conversations = Table(
     # (score, pin, pop, truncate, clear; a new conversation row gets a new one). Readers
     # keep decoded rows in a process-local cache and trust them while the epoch holds.
     Column("epoch", BigInteger(), nullable=False, server_default=text("0")),
+    # Lifecycle (migration 0006): when the conversation expires (``prune(expired=True)``
+    # deletes it), and which conversation it was forked from, at which seq.
+    Column("expires_at", UTCDateTime(), nullable=True),
+    Column("parent_id", String(255), nullable=True),
+    Column("forked_at_seq", BigInteger(), nullable=True),
     PrimaryKeyConstraint("id"),
     CheckConstraint("first_seq >= 1", name="first_seq_positive"),
     CheckConstraint("last_seq >= first_seq - 1", name="seq_range"),
+    Index("ix_memstore_conversations_parent_id", "parent_id"),
+    Index("ix_memstore_conversations_updated_at", "updated_at", "id"),
+    Index(
+        "ix_memstore_conversations_expires_at",
+        "expires_at",
+        sqlite_where=text("expires_at IS NOT NULL"),
+        postgresql_where=text("expires_at IS NOT NULL"),
+    ),
 )
+
+#: Longest metadata key (and string value) the key index holds. A longer string value is
+#: indexed as present but not comparable (kind ``long``); a longer key is not indexed
+#: (``where`` refuses such keys and values: see ``memstore._validate.check_where``).
+MAX_INDEXED_TEXT = 1000
+
+conversation_keys = Table(
+    "memstore_conversation_keys",
+    metadata,
+    Column("conversation_id", String(255), nullable=False),
+    Column("key", Text(), nullable=False),
+    # text, int, bool, null (comparable); long (a string over MAX_INDEXED_TEXT), other
+    # (a float, list or object): present, never equal to a filter value.
+    Column("kind", String(8), nullable=False),
+    Column("value", Text(), nullable=True),
+    PrimaryKeyConstraint("conversation_id", "key"),
+    ForeignKeyConstraint(
+        ["conversation_id"], ["memstore_conversations.id"], ondelete="CASCADE"
+    ),
+    Index("ix_memstore_conversation_keys_lookup", "key", "kind", "value", "conversation_id"),
+)
+
+audit = Table(
+    "memstore_audit",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer(), "sqlite"), nullable=False,
+           autoincrement=True),
+    Column("at", UTCDateTime(), nullable=False),
+    Column("operation", String(32), nullable=False),
+    # sha256 of the canonical JSON of the selector: never the selector's values.
+    Column("selector_digest", String(64), nullable=False),
+    Column("conversations", BigInteger(), nullable=False),
+    Column("messages", BigInteger(), nullable=False),
+    Column("reason", Text(), nullable=True),
+    PrimaryKeyConstraint("id"),
+)
+
+# The key index's triggers: inserting a conversation, or changing its metadata, writes
+# its keys in the same statement's transaction; deleting one cascades (foreign key).
+
+
+def _keys_select(dialect: str, row: str, source: str = "") -> str:
+    """The SELECT of a conversation's index rows.
+
+    ``row`` names the conversation row (``NEW`` in a trigger); ``source`` adds FROM
+    items (the backfill's table).
+    """
+    n = MAX_INDEXED_TEXT
+    if dialect == "sqlite":
+        return f"""SELECT {row}.id, j.key,
+    CASE j.type
+      WHEN 'text' THEN CASE WHEN length(j.atom) <= {n} THEN 'text' ELSE 'long' END
+      WHEN 'integer' THEN 'int' WHEN 'true' THEN 'bool' WHEN 'false' THEN 'bool'
+      WHEN 'null' THEN 'null' ELSE 'other' END,
+    CASE j.type
+      WHEN 'text' THEN CASE WHEN length(j.atom) <= {n} THEN j.atom END
+      WHEN 'integer' THEN CAST(j.atom AS TEXT) WHEN 'true' THEN 'true'
+      WHEN 'false' THEN 'false' END
+  FROM {source}json_each({row}.metadata) AS j WHERE length(j.key) <= {n}"""
+    text_ = "j.value #>> '{}'"
+    return f"""SELECT {row}.id, j.key,
+    CASE jsonb_typeof(j.value)
+      WHEN 'string' THEN CASE WHEN length({text_}) <= {n} THEN 'text' ELSE 'long' END
+      WHEN 'number' THEN CASE WHEN ({text_}) ~ '^-?[0-9]+$' THEN 'int' ELSE 'other' END
+      WHEN 'boolean' THEN 'bool' WHEN 'null' THEN 'null' ELSE 'other' END,
+    CASE jsonb_typeof(j.value)
+      WHEN 'string' THEN CASE WHEN length({text_}) <= {n} THEN {text_} END
+      WHEN 'number' THEN CASE WHEN ({text_}) ~ '^-?[0-9]+$' THEN {text_} END
+      WHEN 'boolean' THEN {text_} END
+  FROM {source}jsonb_each({row}.metadata) AS j WHERE length(j.key) <= {n}"""
+
+
+_INSERT_KEYS = "INSERT INTO memstore_conversation_keys (conversation_id, key, kind, value) "
+
+#: Migration 0006's backfill: every existing conversation's keys, in the database.
+KEYS_BACKFILL: dict[str, str] = {
+    dialect: _INSERT_KEYS + _keys_select(dialect, "c", "memstore_conversations AS c, ")
+    for dialect in ("sqlite", "postgresql")
+}
+
+_PG_KEYS_FUNCTION = f"""CREATE FUNCTION memstore_conversation_keys_sync() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF TG_OP = 'UPDATE' THEN
+    DELETE FROM memstore_conversation_keys WHERE conversation_id = OLD.id;
+  END IF;
+  {_INSERT_KEYS}{_keys_select("postgresql", "NEW")};
+  RETURN NULL;
+END $$"""
+
+#: DDL of the key index's triggers per dialect, run by migration 0006 and by
+#: ``create_partitioned`` (a row trigger on a partitioned table applies to each partition).
+KEY_TRIGGERS: dict[str, tuple[str, ...]] = {
+    "sqlite": (
+        "CREATE TRIGGER memstore_conversation_keys_insert AFTER INSERT ON "
+        f"memstore_conversations BEGIN {_INSERT_KEYS}{_keys_select('sqlite', 'NEW')}; END",
+        "CREATE TRIGGER memstore_conversation_keys_update AFTER UPDATE OF metadata ON "
+        "memstore_conversations BEGIN DELETE FROM memstore_conversation_keys WHERE "
+        f"conversation_id = OLD.id; {_INSERT_KEYS}{_keys_select('sqlite', 'NEW')}; END",
+    ),
+    "postgresql": (
+        _PG_KEYS_FUNCTION,
+        "CREATE TRIGGER memstore_conversation_keys_sync AFTER INSERT OR UPDATE OF metadata "
+        "ON memstore_conversations FOR EACH ROW EXECUTE FUNCTION "
+        "memstore_conversation_keys_sync()",
+    ),
+}
+
+#: What undoes `KEY_TRIGGERS` (migration 0006's downgrade).
+DROP_KEY_TRIGGERS: dict[str, tuple[str, ...]] = {
+    "sqlite": ("DROP TRIGGER IF EXISTS memstore_conversation_keys_insert",
+               "DROP TRIGGER IF EXISTS memstore_conversation_keys_update"),
+    "postgresql": ("DROP TRIGGER IF EXISTS memstore_conversation_keys_sync "
+                   "ON memstore_conversations",
+                   "DROP FUNCTION IF EXISTS memstore_conversation_keys_sync()"),
+}
 
 messages = Table(
     "memstore_messages",

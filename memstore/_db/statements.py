@@ -1,8 +1,9 @@
 """SQL statement builders shared by the sync and async stores.
 
 Pure functions: they build SQLAlchemy Core statements and never execute them.
-Every statement here is scoped to one conversation id except
-`list_conversations()` and `totals()` (administrative, not hot paths).
+Every statement here is scoped to one conversation id except `totals()`
+(administrative, not a hot path); the lifecycle's sweeps and listings, which span
+conversations by design, are in ``memstore._db.lifecycle``.
 """
 
 from __future__ import annotations
@@ -58,7 +59,6 @@ __all__ = [
     "insert_messages",
     "insert_summaries",
     "latest_summary",
-    "list_conversations",
     "messages_by_ids",
     "messages_range",
     "new_epoch",
@@ -102,12 +102,6 @@ def conversation(cid: str, *, for_update: bool = False) -> Select[Any]:
     """
     stmt = select(conversations).where(C.id == cid)
     return stmt.with_for_update() if for_update else stmt
-
-
-def list_conversations(limit: int, after: str | None) -> Select[Any]:
-    """Conversations ordered by id, keyset-paginated."""
-    stmt = select(conversations).order_by(C.id).limit(limit)
-    return stmt.where(C.id > after) if after is not None else stmt
 
 
 def totals() -> Select[Any]:

@@ -3,31 +3,25 @@
 Exit status: 0 success; 1 a runtime error (one line on standard error, the traceback
 only with ``--debug``); 2 bad usage (one line naming the option). A closed pipe
 (``memstore messages c | head``) ends the command quietly with status 0.
+
+Start-up is kept short: this module imports only the standard library. A command's
+module (and with it SQLAlchemy, pydantic, the store, Rich) is imported when the
+command runs, so ``--help``, ``--version`` and a usage error answer at once.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
-import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from pydantic import ValidationError
+from memstore.cli import _lifecycle_args as lifecycle  # standard library only, as here
+from memstore.cli import _search as search_cli  # standard library only at import
 
-from memstore.cli import _commands as cmd
-from memstore.cli import _output as out
-from memstore.cli._demo import demo as _demo
-from memstore.cli._errors import FileFormatError, UsageError, one_line
-from memstore.errors import (
-    ConfigurationError,
-    InvalidInputError,
-    MemstoreError,
-    SchemaOutOfDateError,
-)
-
-__all__ = ["EPILOG", "build_parser", "main"]
+__all__ = ["EPILOG", "Command", "build_parser", "main"]
 
 VIEW_CHOICES = ("token-limited", "score-based", "buffered", "head-and-tail", "recent-turns",
                 "unbounded")
@@ -35,22 +29,103 @@ VIEW_CHOICES = ("token-limited", "score-based", "buffered", "head-and-tail", "re
 EPILOG = (
     "Every command takes --url (default: $MEMSTORE_URL, else sqlite:///./memstore.db) and "
     "--debug, before or after the command name. Data goes to standard output (--format "
-    "table on a terminal, jsonl otherwise), status and progress to standard error. Exit "
-    "status: 0 ok, 1 runtime error, 2 bad usage."
+    "table on a terminal, jsonl otherwise), status and progress to standard error. A "
+    "command that reads one conversation (messages, window, conversations show, state "
+    "save, export CONV) fails when it was never written: \"conversation 'x' does not "
+    "exist\", status 1. Exit status: 0 ok, 1 runtime error, 2 bad usage."
 )
 
 
 class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors are one line (exit status 2)."""
+    """An ArgumentParser whose usage errors are one line (exit status 2).
+
+    A mistyped choice (a command, a view, a role) or long option gets the closest
+    valid one: ``memstore windw c`` says "did you mean 'window'?".
+    """
 
     def error(self, message: str) -> NoReturn:
+        if message.startswith("unrecognized arguments: "):
+            message += _option_hint(self, message.removeprefix("unrecognized arguments: "))
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        choices = action.choices
+        if choices is not None and isinstance(value, str) and value not in choices:
+            close = _closest(value, [c for c in choices if isinstance(c, str)])
+            if close is not None:
+                listed = ", ".join(map(repr, choices))
+                raise argparse.ArgumentError(
+                    action, f"invalid choice: {value!r}; did you mean {close!r}? "
+                            f"(choose from {listed})")
+        super()._check_value(action, value)
+
+
+def _closest(word: str, candidates: Sequence[str]) -> str | None:
+    """The candidate most like ``word`` (difflib), if one is close enough."""
+    import difflib
+
+    found = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def _option_hint(parser: argparse.ArgumentParser, unrecognized: str) -> str:
+    """The suffix "; did you mean '--budget'?" for a mistyped long option, else ''.
+
+    Unrecognized options reach the top parser, which does not know which command's
+    options were meant: every command's long options are candidates.
+    """
+    word = next((w.partition("=")[0] for w in unrecognized.split() if w.startswith("--")),
+                None)
+    if word is None:
+        return ""
+    options: set[str] = set()
+    stack = [parser]
+    while stack:
+        current = stack.pop()
+        for action in current._actions:
+            options.update(o for o in action.option_strings if o.startswith("--"))
+            if isinstance(action, argparse._SubParsersAction):
+                stack.extend(action.choices.values())
+    close = _closest(word, sorted(options))
+    return f"; did you mean {close!r}?" if close is not None else ""
 
 
 def _version() -> str:
     from memstore import __version__
 
     return __version__
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the version is looked up (package metadata) only when asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 default: Any = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings=option_strings, dest=dest, default=default,
+                         nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> NoReturn:
+        sys.stdout.write(f"memstore {_version()}\n")
+        parser.exit()
+
+
+class Command:
+    """A command's function, imported when the command runs (``args.func(args)``).
+
+    ``module`` is a module of `memstore.cli`; keeping the parser free of the commands'
+    imports is what makes ``memstore --help`` quick.
+    """
+
+    def __init__(self, name: str, module: str = "_commands") -> None:
+        self.name = name
+        self.module = f"memstore.cli.{module}"
+
+    def __call__(self, args: argparse.Namespace) -> int:
+        return int(getattr(importlib.import_module(self.module), self.name)(args))
+
+    def __repr__(self) -> str:
+        return f"Command({self.module}.{self.name})"
 
 
 # ---- argument types: each error names the option (argparse adds its name) ---------------
@@ -138,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "and migrate the schema.",
         epilog=EPILOG,
     )
-    parser.add_argument("--version", action="version", version=f"memstore {_version()}",
+    parser.add_argument("--version", action=_VersionAction,
                         help="print memstore's version and exit")
     parser.add_argument("--url", default=None,
                         help="database URL (default: $MEMSTORE_URL, else sqlite:///./memstore.db)")
@@ -147,21 +222,27 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
                                 parser_class=_Parser)
 
-    def command(name: str, help: str, func: Callable[[argparse.Namespace], int],
-                parent: Any = sub, **kw: Any) -> argparse.ArgumentParser:
+    def command(name: str, help: str, func: str, parent: Any = sub,
+                **kw: Any) -> argparse.ArgumentParser:
+        """A command; ``func`` names its function in ``memstore.cli.<module>``."""
+        module = kw.pop("module", "_commands")
         p: argparse.ArgumentParser = parent.add_parser(
             name, parents=[common], help=help, description=kw.pop("description", help[0].upper()
                                                                   + help[1:] + "."), **kw)
-        p.set_defaults(func=func)
+        p.set_defaults(func=Command(func, module))
         return p
 
     # demo
-    p = command("demo", "write a sample conversation and show what each view keeps", _demo,
+    p = command("demo", "write a sample conversation and show what each view keeps", "demo",
+                module="_demo",
                 description="Write a realistic sample conversation (system prompt, developer "
                             "note, a pinned user fact, parallel tool calls, a 2,000-token tool "
                             "output, a pending call) as conversation 'demo', replacing it if it "
                             "exists, and show side by side what every view, and a context "
-                            "builder, keeps under one budget.")
+                            "builder, keeps under one budget, and why it left the rest out. "
+                            "Narrower than every column needs, the views that count "
+                            "messages (unbounded, recent-turns, buffered) are left out "
+                            "first, so that the text of each message still shows.")
     p.add_argument("--budget", type=VIEW_SIZE, default=1000, metavar="N",
                    help="token budget of the budgeted views (default: 1000)")
     p.add_argument("--format", choices=("table", "json"), default="table",
@@ -172,25 +253,26 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Schema migrations (packaged Alembic revisions).")
     dbsub = db.add_subparsers(dest="db_command", metavar="DB_COMMAND", required=True,
                               parser_class=_Parser)
-    p = command("upgrade", "upgrade the schema (default: to head)", cmd.db_upgrade, dbsub)
+    p = command("upgrade", "upgrade the schema (default: to head)", "db_upgrade", dbsub)
     p.add_argument("revision", nargs="?", default="head", help="target revision (default: head)")
     p.add_argument("--sql", action="store_true", help="print the DDL instead of running it")
     p = command("downgrade", "downgrade the schema ('base' drops memstore's tables)",
-                cmd.db_downgrade, dbsub)
+                "db_downgrade", dbsub)
     p.add_argument("revision", help="target revision, or base")
     p.add_argument("--sql", action="store_true", help="print the DDL instead of running it")
-    command("current", "show the database's revision and memstore's head", cmd.db_current,
+    command("current", "show the database's revision and memstore's head", "db_current",
             dbsub)
-    command("check", "exit 1 unless the schema is at head", cmd.db_check, dbsub)
+    command("check", "exit 1 unless the schema is at head", "db_check", dbsub)
     p = command("create-partitioned", "create the tables hash-partitioned by conversation id "
-                "(PostgreSQL, empty database)", cmd.db_create_partitioned, dbsub)
+                "(PostgreSQL, empty database)", "db_create_partitioned", dbsub)
     p.add_argument("--partitions", type=POSITIVE, default=8, metavar="N",
                    help="hash partitions (default: 8)")
     p.add_argument("--sql", action="store_true", help="print the DDL instead of running it")
 
     # conversations
-    conv = command("conversations", "list, show or delete conversations (default: list)",
-                   cmd.conversations_list)
+    conv = command("conversations", "list, show, update or delete conversations (default: "
+                   "list)",
+                   "conversations_list")
     conv.add_argument("--limit", type=PAGE_LIMIT, default=argparse.SUPPRESS, metavar="N",
                       help="conversations per page, 1-10000 (default: 100)")
     conv.add_argument("--after", default=argparse.SUPPRESS, metavar="ID",
@@ -198,24 +280,26 @@ def build_parser() -> argparse.ArgumentParser:
     # SUPPRESS: --format before 'list' or 'show' is kept (the sub-command's default
     # would overwrite it), as --limit and --after are.
     _formats(conv, ("table", "json", "jsonl"), argparse.SUPPRESS)
+    lifecycle.add_listing_options(conv)
     csub = conv.add_subparsers(dest="conversations_command", metavar="ACTION",
                                parser_class=_Parser)
     p = command("list", "list conversations: id, messages, tokens, updated",
-                cmd.conversations_list, csub)
+                "conversations_list", csub)
     p.add_argument("--limit", type=PAGE_LIMIT, default=argparse.SUPPRESS, metavar="N",
                    help="conversations per page, 1-10000 (default: 100)")
     p.add_argument("--after", default=argparse.SUPPRESS, metavar="ID",
                    help="start after this conversation id (keyset pagination)")
     _formats(p, ("table", "json", "jsonl"), argparse.SUPPRESS)
-    p = command("show", "show one conversation's row and metadata", cmd.conversations_show,
+    lifecycle.add_listing_options(p)
+    p = command("show", "show one conversation's row and metadata", "conversations_show",
                 csub)
     _conversation(p)
     _formats(p, ("table", "json", "jsonl"), argparse.SUPPRESS)
-    p = command("delete", "delete a conversation and all its messages", cmd.delete, csub)
+    p = command("delete", "delete a conversation and all its messages", "delete", csub)
     _conversation(p)
 
     # writing
-    p = command("append", "store one message at the end of a conversation", cmd.append)
+    p = command("append", "store one message at the end of a conversation", "append")
     _conversation(p, "the conversation id (created on first use)")
     p.add_argument("role", choices=("system", "developer", "user", "assistant", "tool"),
                    help="the message's role")
@@ -230,14 +314,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pin", action="store_true", help="pin it: every view keeps it")
 
     p = command("import", "store conversations from an export file, or OpenAI messages",
-                cmd.import_, description=(
+                "import_", description=(
                     "Store conversations from a file written by 'memstore export' (or lines "
                     "printed by 'memstore messages --format jsonl', with --as), or a list of "
                     "OpenAI chat messages with --format openai --into CONV. Each conversation "
                     "is written all or nothing. Importing the same memstore file twice stores "
                     "nothing new; --format openai appends every time, so a second import "
                     "stores the messages again (except those with an \"id\" already "
-                    "stored)."))
+                    "stored). On a terminal, a progress bar on standard error shows how "
+                    "much of the file is read, and the time left (from a pipe: the "
+                    "messages so far)."))
     p.add_argument("file", help="the file to read, or - for standard input")
     p.add_argument("extra", nargs="?", help=argparse.SUPPRESS)  # the old 'import CONV FILE'
     p.add_argument("--format", choices=("memstore", "openai"), default="memstore",
@@ -250,18 +336,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--replace", action="store_true",
                    help="overwrite conversations that exist with other content")
 
-    p = command("export", "write conversations to a JSON lines file (streaming)", cmd.export,
+    p = command("export", "write conversations to a JSON lines file (streaming)", "export",
                 description="Write conversations in memstore's versioned JSON lines format "
                             "(a header line per conversation, then one line per stored "
                             "message with every field), reading each in pages so memory "
-                            "stays flat on any length. 'memstore import' reads it back.")
+                            "stays flat on any length. 'memstore import' reads it back. "
+                            "A CONV that does not exist is an error before anything is "
+                            "written. On a terminal, a progress bar on standard error "
+                            "shows the messages written of the total, and the time left.")
     p.add_argument("conversation_ids", nargs="*", metavar="CONV",
                    help="conversations to export (default: all)")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="file to write (default: standard output)")
 
     # reading
-    p = command("messages", "print stored messages", cmd.messages)
+    p = command("messages", "print stored messages", "messages",
+                description="Print stored messages. A conversation that was never written "
+                            "is an error (exit status 1: a mistyped id says so); one that "
+                            "exists, with no messages in the range, prints none.")
     _conversation(p)
     p.add_argument("--start", type=_int_at_least(1), metavar="SEQ", help="first seq (inclusive)")
     p.add_argument("--stop", type=_int_at_least(1), metavar="SEQ",
@@ -270,9 +362,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--newest-first", action="store_true", help="newest message first")
     _formats(p, ("table", "json", "jsonl", "openai"))
 
-    p = command("window", "assemble a context window and show its report", cmd.window,
+    p = command("window", "assemble a context window and show its report", "window",
                 description="Assemble a context window through a view and show what it kept, "
-                            "why, and what it left out.")
+                            "why, and what it left out. A conversation that was never "
+                            "written is an error (exit status 1), though the library "
+                            "gives it an empty window; one that exists with no messages "
+                            "has an empty window.")
     _conversation(p)
     p.add_argument("--view", choices=VIEW_CHOICES, default="token-limited",
                    help="the view (default: token-limited)")
@@ -301,18 +396,25 @@ def build_parser() -> argparse.ArgumentParser:
     _formats(p, ("table", "json", "jsonl", "openai"))
 
     p = command("stats", "conversations, messages, tokens, database size, schema revision",
-                cmd.stats)
+                "stats")
     _formats(p, ("table", "json", "jsonl"))
 
     # destructive
-    p = command("pop", "delete and print the newest messages", cmd.pop)
+    p = command("pop", "delete and print the newest messages", "pop")
     _conversation(p)
     p.add_argument("-n", type=POSITIVE, default=1, metavar="N", help="how many (default: 1)")
     _formats(p, ("table", "json", "jsonl", "openai"))
-    p = command("clear", "delete every message of a conversation (it stays, empty)", cmd.clear)
+    p = command("clear", "delete every message of a conversation (it stays, empty)", "clear")
     _conversation(p)
-    p = command("delete", "delete a conversation and all its messages", cmd.delete)
+    p = command("delete", "delete a conversation and all its messages", "delete")
     _conversation(p)
+
+    # lifecycle: conversations update, fork, prune, forget, audit
+    lifecycle.add_update_command(command, csub, _formats)
+    lifecycle.add_commands(command, sub, _formats)
+
+    # search
+    search_cli.add_command(command)
 
     # state
     state = sub.add_parser("state", help="save or load a conversation snapshot (one JSON)",
@@ -320,12 +422,12 @@ def build_parser() -> argparse.ArgumentParser:
                                        "document; 'export' streams instead).")
     ssub = state.add_subparsers(dest="state_command", metavar="STATE_COMMAND", required=True,
                                 parser_class=_Parser)
-    p = command("save", "write a conversation snapshot", cmd.state_save, ssub)
+    p = command("save", "write a conversation snapshot", "state_save", ssub)
     _conversation(p)
     p.add_argument("-o", "--output", metavar="FILE",
                    help="file to write (default: standard output)")
     p = command("load", "load a snapshot (--replace to overwrite a conversation)",
-                cmd.state_load, ssub)
+                "state_load", ssub)
     p.add_argument("file", help="the snapshot file, or - for standard input")
     p.add_argument("--as", dest="conversation_id", metavar="CONV",
                    help="target conversation (default: the snapshot's id)")
@@ -342,10 +444,46 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _exit_code(exc: BaseException) -> int:
+    from pydantic import ValidationError
+
+    from memstore.cli._errors import FileFormatError, UsageError
+    from memstore.errors import ConfigurationError, InvalidInputError
+
     if isinstance(exc, FileFormatError):
         return 1
     if isinstance(exc, (UsageError, ValidationError, InvalidInputError, ConfigurationError)):
         return 2
+    return 1
+
+
+def _failed(exc: Exception, args: argparse.Namespace) -> int:
+    """Report the error a command raised, in one line; its exit status.
+
+    Called inside the ``except`` block (``--debug`` prints the traceback being handled).
+    The error classes are imported here: a command that runs imported them already.
+    """
+    import traceback
+
+    from pydantic import ValidationError
+
+    from memstore.cli import _output as out
+    from memstore.cli._errors import one_line
+    from memstore.errors import MemstoreError, SchemaOutOfDateError
+
+    if args.debug:
+        traceback.print_exc()
+    if isinstance(exc, (MemstoreError, ValidationError, OSError, UnicodeDecodeError)):
+        text = one_line(exc)
+        if isinstance(exc, SchemaOutOfDateError):
+            from memstore.cli._commands import out_of_date_message
+
+            # The command that fixes it, for this database (not the library's placeholder).
+            text = one_line(Exception(out_of_date_message(args, exc)))
+        sys.stderr.write(f"memstore: error: {out.safe(text)}\n")
+        return _exit_code(exc)
+    # a bug or an unforeseen failure: still one line
+    sys.stderr.write(f"memstore: error: {type(exc).__name__}: {out.safe(one_line(exc))} "
+                     "(--debug shows the traceback)\n")
     return 1
 
 
@@ -356,8 +494,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C while starting: no traceback
         sys.stderr.write("memstore: interrupted\n")
         return 130
-    out.prepare_stdout()
     try:
+        from memstore.cli import _output as out
+
+        out.prepare_stdout()
         return int(args.func(args))
     except BrokenPipeError:
         # The reader went away (``| head``): stop quietly, and keep Python's exit-time
@@ -368,18 +508,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("memstore: interrupted\n")
         return 130
-    except (MemstoreError, ValidationError, OSError, UnicodeDecodeError) as exc:
-        if args.debug:
-            traceback.print_exc()
-        text = one_line(exc)
-        if isinstance(exc, SchemaOutOfDateError):
-            # The command that fixes it, for this database (not the library's placeholder).
-            text = one_line(Exception(cmd.out_of_date_message(args, exc)))
-        sys.stderr.write(f"memstore: error: {out.safe(text)}\n")
-        return _exit_code(exc)
-    except Exception as exc:  # a bug or an unforeseen failure: still one line
-        if args.debug:
-            traceback.print_exc()
-        sys.stderr.write(f"memstore: error: {type(exc).__name__}: {out.safe(one_line(exc))} "
-                         "(--debug shows the traceback)\n")
-        return 1
+    except Exception as exc:
+        return _failed(exc, args)

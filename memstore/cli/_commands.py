@@ -1,4 +1,13 @@
-"""The ``memstore`` commands: thin layers over the public API of `memstore`."""
+"""The ``memstore`` commands: thin layers over the public API of `memstore`.
+
+This module is imported when a command runs (not for ``--help``); Rich is imported
+only by the commands that draw a table.
+
+Reading a conversation that was never written is not an error for the library (an
+empty list, an empty window); here it is, for the commands that read one named
+conversation (``messages``, ``window``, ``conversations show``, ``state save``,
+``export CONV``): a mistyped id then says so, instead of printing nothing.
+"""
 
 from __future__ import annotations
 
@@ -12,13 +21,12 @@ import shlex
 import stat
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, cast
 
 from pydantic import ValidationError
-from rich.text import Text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
@@ -27,6 +35,7 @@ from memstore._db.engine import default_url, parse_url, sync_url
 from memstore._validate import JSON_TOO_DEEP, validation_summary
 from memstore.cli import _output as out
 from memstore.cli._errors import FileFormatError, UsageError
+from memstore.cli._lifecycle_args import listing_filters, listing_words
 from memstore.errors import (
     ConfigurationError,
     ConflictError,
@@ -43,7 +52,9 @@ from memstore.views.window import ContextWindow
 
 __all__ = [
     "REASONS",
+    "DeferredCounter",
     "append",
+    "check_exists",
     "clear",
     "conversations_list",
     "conversations_show",
@@ -137,13 +148,63 @@ def require_database(url: str) -> None:
                             "'memstore import' or 'memstore db upgrade' create one)")
 
 
+class DeferredCounter:
+    """The store's default counter, ``TiktokenCounter("cl100k_base")``, built on first count.
+
+    Loading the encoding takes a quarter of a second, and a command that only reads
+    (``window``, ``messages``, ``export``...) uses the token counts stored with the
+    messages: it counts only new text (a head-and-tail placeholder, say), rarely. Its
+    name and reply priming are the default counter's, so the store and its windows
+    behave exactly as with it; every other attribute is the loaded counter's.
+    """
+
+    #: `memstore.tokens.default_counter()`'s name (a test checks that they agree).
+    NAME = "tiktoken/cl100k_base"
+
+    def __init__(self) -> None:
+        self._loaded: Any = None
+
+    def _counter(self) -> Any:
+        if self._loaded is None:
+            from memstore.tokens import default_counter
+
+            self._loaded = default_counter()
+        return self._loaded
+
+    @property
+    def name(self) -> str:
+        """The default counter's name."""
+        return self.NAME
+
+    @property
+    def priming(self) -> int:
+        """The default counter's reply priming (a class constant: nothing is loaded)."""
+        from memstore.tokens import TiktokenCounter
+
+        return int(TiktokenCounter.reply_priming)
+
+    def count_message(self, message: Message) -> int:
+        """`TiktokenCounter.count_message`."""
+        return int(self._counter().count_message(message))
+
+    def count_messages(self, messages: Any) -> int:
+        """`TiktokenCounter.count_messages`."""
+        return int(self._counter().count_messages(messages))
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self._counter(), name)  # count_tools, count_each, ...
+
+
 @contextmanager
 def open_store(args: argparse.Namespace, *, write: bool = False,
                create: bool = False) -> Iterator[MemoryStore]:
     """A store on the command's database.
 
     Read-only commands open it with ``migrate="check"`` and never create a file; so do
-    writes to an existing conversation (``create=False``).
+    writes to an existing conversation (``create=False``). They count with a
+    `DeferredCounter` (the tokenizer is loaded only if they count).
     """
     url = url_of(args)
     if not create:
@@ -151,7 +212,8 @@ def open_store(args: argparse.Namespace, *, write: bool = False,
     # (A file to create, on a path that is a directory or in one that does not exist, is
     # the store's ConfigurationError naming it.)
     try:
-        store = MemoryStore(url, migrate="auto" if write else "check")
+        store = MemoryStore(url, migrate="auto" if write else "check",
+                            counter=None if write else DeferredCounter())
     except (ArgumentError, NoSuchModuleError, ImportError) as exc:
         raise UsageError(f"{url_source(args)}: cannot use {_shown(url)!r}: {exc} (memstore "
                          "works with sqlite:// and postgresql:// URLs)") from None
@@ -170,11 +232,21 @@ def read_text(path: str) -> str:
 
 
 def stdin_utf8() -> IO[str]:
-    """Standard input read as UTF-8 (strict), whatever the locale's encoding says."""
+    """Standard input read as UTF-8 (strict), whatever the locale's encoding says.
+
+    A new file object on its descriptor, which never closes it: a wrapper around
+    ``sys.stdin.buffer`` would close that buffer, and standard input with it, when
+    it is garbage-collected (``main()`` called again in the same process would find
+    it closed).
+    """
     buffer = getattr(sys.stdin, "buffer", None)
     if buffer is None or not isinstance(sys.stdin, io.TextIOWrapper):
         return sys.stdin  # replaced (a test's StringIO): already text
-    return io.TextIOWrapper(buffer, encoding="utf-8")
+    try:
+        fd = sys.stdin.fileno()
+    except (OSError, ValueError):  # no descriptor (a wrapper around bytes in memory)
+        return io.TextIOWrapper(buffer, encoding="utf-8")
+    return open(fd, encoding="utf-8", closefd=False)
 
 
 def not_utf8(path: str, exc: UnicodeDecodeError) -> FileFormatError:
@@ -370,13 +442,21 @@ def db_create_partitioned(args: argparse.Namespace) -> int:
 
 
 def conversations_list(args: argparse.Namespace) -> int:
-    """``memstore conversations [list]``: one keyset page."""
+    """``memstore conversations [list]``: one keyset page, filtered as asked.
+
+    With ``--order updated``, ``--after ID`` continues after that conversation's current
+    ``updated_at`` (it is read first; an unknown id is an error).
+    """
     limit = getattr(args, "limit", 100)
+    filters = listing_filters(args)  # --where, --parent, --updated-after/-before, --order
     with open_store(args) as store:
-        page = store.list_conversations(limit=limit, after=getattr(args, "after", None))
+        after: str | Conversation | None = getattr(args, "after", None)
+        if isinstance(after, str) and filters.get("order") == "updated":
+            after = store.get_conversation(after)
+        page = store.list_conversations(limit=limit, after=after, **filters)
         # a full page may be the last one: look one conversation further
-        more = len(page) == limit and bool(store.list_conversations(limit=1,
-                                                                   after=page[-1].id))
+        more = len(page) == limit and bool(store.list_conversations(limit=1, after=page[-1],
+                                                                   **filters))
     form = fmt(args)
     if form == "jsonl":
         out.print_jsonl([c.model_dump_json() for c in page])
@@ -402,6 +482,7 @@ def next_page_command(args: argparse.Namespace, last_id: str) -> str:
     words = ["memstore", "conversations", "list", "--after", out.shell_word(last_id)]
     if hasattr(args, "limit"):
         words += ["--limit", str(args.limit)]
+    words += listing_words(args)  # the filters and --order
     if getattr(args, "format", None):
         words += ["--format", args.format]
     if getattr(args, "url", None):
@@ -521,6 +602,10 @@ def _import_openai(args: argparse.Namespace) -> int:
     for where, item in _openai_items(read_text(args.file), name):
         if not isinstance(item, dict):
             raise FileFormatError(f"{where}: expected a JSON object (an OpenAI message)")
+        kind = _kind(item)
+        if kind in ("export", "messages"):  # not OpenAI messages: say what to run instead
+            raise UsageError(f"{where}: not an OpenAI message: " + _memstore_file_hint(
+                kind, args.file, args.target, "drop --format openai and --into"))
         try:
             messages.append(Message.from_openai(item))
         except ValidationError as exc:
@@ -543,19 +628,79 @@ def _import_openai(args: argparse.Namespace) -> int:
 
 def _last_seq(store: MemoryStore, conversation_id: str) -> int:
     """The seq of a conversation's newest message (0 when it has none, or does not exist)."""
-    try:
-        newest = store.messages(conversation_id, limit=1, newest_first=True)
-    except ConversationNotFoundError:
-        return 0
+    newest = store.messages(conversation_id, limit=1, newest_first=True)
     return newest[0].seq if newest else 0
+
+
+def _kind(line: Any) -> str | None:
+    """What a file's first JSON value says the file is, or None.
+
+    ``export``: a memstore export header; ``messages``: a stored message line (as
+    ``memstore messages --format jsonl`` prints them); ``openai``: an OpenAI chat
+    message, or a JSON list.
+    """
+    if isinstance(line, list):
+        return "openai"
+    if not isinstance(line, dict):
+        return None
+    if "memstore_export" in line:
+        return "export"
+    if "seq" in line and "token_count" in line:
+        return "messages"
+    return "openai" if "role" in line else None
+
+
+def _sniff(path: str) -> str | None:
+    """`_kind()` of a file's first non-blank line (None when it cannot be read)."""
+    if path == "-":
+        return None  # not read for a hint: it would be gone for the import
+    try:
+        with open(path, encoding="utf-8") as fp:
+            while True:
+                line = fp.readline(1 << 20)
+                if not line:
+                    return None
+                if line.strip():
+                    break
+        if line.lstrip().startswith("["):
+            return "openai"
+        return _kind(json.loads(line))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return None
+
+
+def _memstore_file_hint(kind: str, path: str, conversation: str | None, drop: str) -> str:
+    """How to import a memstore file (``kind`` from `_kind()`): the command to run.
+
+    ``drop`` says what to leave out of the command that was given; ``conversation``
+    is the id the user meant the messages for, if known.
+    """
+    file = out.shell_word(path)
+    conv = out.shell_word(conversation) if conversation is not None else None
+    if kind == "messages":
+        return (f"{path} holds memstore message lines (as 'memstore messages --format "
+                f"jsonl' prints them): {drop}, and run memstore import {file} --as "
+                f"{conv or 'CONV'}")
+    hint = (f"{path} is a memstore export file, which names its own conversations: {drop}, "
+            f"and run memstore import {file}")
+    if conv is not None:
+        hint += f" (or add --as {conv} to store its one conversation under that id)"
+    return hint
 
 
 def import_(args: argparse.Namespace) -> int:
     """``memstore import FILE``."""
     if args.extra is not None:
+        # the old 'memstore import CONV FILE': what the file holds says what to run now
+        kind = _sniff(args.extra)
+        if kind in ("export", "messages"):
+            raise UsageError(_memstore_file_hint(kind, args.extra, args.file,
+                                                 "drop the conversation argument"))
         raise UsageError(
             f"'memstore import CONV FILE' is now 'memstore import FILE --into CONV --format "
-            f"openai': run memstore import {args.extra} --into {args.file} --format openai")
+            f"openai': run memstore import {out.shell_word(args.extra)} --into "
+            f"{out.shell_word(args.file)} --format openai (a file written by 'memstore "
+            f"export' needs no conversation: memstore import {out.shell_word(args.extra)})")
     if args.format == "openai":
         if args.replace:
             raise UsageError("--replace applies to --format memstore (openai messages are "
@@ -564,6 +709,7 @@ def import_(args: argparse.Namespace) -> int:
     transfer = _transfer()
     name = "<stdin>" if args.file == "-" else args.file
     fp: IO[str] = stdin_utf8() if args.file == "-" else open(args.file, encoding="utf-8")  # noqa: SIM115
+    size, position = _size_and_position(fp)
     try:
         # The file's first line is checked before the database is opened (and perhaps
         # created and migrated): a wrong file changes nothing.
@@ -576,7 +722,7 @@ def import_(args: argparse.Namespace) -> int:
         except InvalidInputError as exc:
             raise _file_error(exc, name) from exc
         with open_store(args, write=True, create=True) as store, \
-                out.progress_bar(f"importing {name}", None) as progress:
+                out.progress_bar(f"importing {name}", size, position=position) as progress:
             try:
                 result = transfer.import_jsonl(store, cast(IO[str], _Replay(head, fp)),
                                                replace=args.replace,
@@ -638,6 +784,25 @@ def _first_lines(fp: IO[str], name: str,
     return head, first
 
 
+def _size_and_position(fp: IO[str]) -> tuple[int | None, Callable[[], int] | None]:
+    """For a progress bar: a regular file's bytes still to read, and how many are read since.
+
+    The second is a function reading the file's offset, which its buffers keep ahead
+    of the text handed out by at most a few kilobytes.
+    ``(None, None)`` for a pipe or a terminal (standard input that is not redirected
+    from a file): the total is not known there.
+    """
+    try:
+        fd = fp.fileno()
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None, None
+        start = os.lseek(fd, 0, os.SEEK_CUR)
+        size = os.fstat(fd).st_size - start
+    except (OSError, ValueError):  # no descriptor (a test's StringIO), or not seekable
+        return None, None
+    return size, lambda: os.lseek(fd, 0, os.SEEK_CUR) - start
+
+
 class _Replay:
     """A file's ``readline`` that first gives back the lines already read from it."""
 
@@ -678,9 +843,13 @@ def export(args: argparse.Namespace) -> int:
     transfer = _transfer()
     target = args.output if args.output and args.output != "-" else None
     with open_store(args) as store:
-        for cid in dict.fromkeys(args.conversation_ids):  # an unknown id: before any output
-            store.get_conversation(cid)
-        with out.progress_bar("exporting", None) as progress, \
+        # an unknown id: an error before any output; the known ones give the bar's total
+        counts = {cid: store.get_conversation(cid).message_count
+                  for cid in dict.fromkeys(args.conversation_ids)}
+        total: int | None = sum(counts[cid] for cid in args.conversation_ids)
+        if not args.conversation_ids:  # every conversation (read only for a bar)
+            total = store.stats().messages if out.progress_shown() else None
+        with out.progress_bar("exporting", total) as progress, \
                 (replaced_file(target) if target
                  else contextlib.nullcontext(out.utf8_stdout())) as fp:
             result = transfer.export_jsonl(store, fp, args.conversation_ids or None,
@@ -704,8 +873,19 @@ def messages(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         found = store.messages(args.conversation_id, start=args.start, stop=args.stop,
                                limit=args.limit, newest_first=args.newest_first)
+        if not found:  # nothing in the range, an empty conversation, or a mistyped id?
+            check_exists(store, args.conversation_id)
     print_messages(found, fmt(args))
     return 0
+
+
+def check_exists(store: MemoryStore, conversation_id: str) -> None:
+    """Raise `ConversationNotFoundError` unless the conversation was ever written.
+
+    The library reads a never-written conversation as empty; a command given one id
+    to read says it does not exist (exit status 1), which is what a mistyped id needs.
+    """
+    store.get_conversation(conversation_id)
 
 
 def make_view(args: argparse.Namespace) -> Any:
@@ -775,6 +955,8 @@ def window(args: argparse.Namespace) -> int:
                 raise
             raise ContextBudgetError(f"{exc}; use --budget {required} or more",
                                      required=required, budget=exc.budget) from exc
+    if not win.report.conversation_exists:  # a mistyped id, not an empty conversation
+        raise ConversationNotFoundError(args.conversation_id)
     form = fmt(args)
     if form == "json":
         out.print_json({"conversation_id": win.conversation_id, "messages": win.to_openai(),
@@ -788,6 +970,8 @@ def window(args: argparse.Namespace) -> int:
         out.print_jsonl([m.model_dump_json() for m in win.messages
                          if isinstance(m, StoredMessage)])
         return 0
+    from rich.text import Text
+
     report = win.report
     rows = []
     for m, why in zip(win.messages, why_kept(win)):

@@ -49,6 +49,10 @@ class Conversation(BaseModel):
         metadata: any JSON object.
         message_count: stored messages.
         token_count: sum of the stored per-message token counts.
+        expires_at: when ``prune(expired=True)`` may delete the conversation (UTC);
+            ``None``: never (set it with ``update_conversation``).
+        parent_id: the conversation this one was forked from (``fork``), if any.
+        forked_at_seq: the parent's newest seq the fork copied (``None`` if not a fork).
     """
 
     model_config = _FROZEN
@@ -59,6 +63,9 @@ class Conversation(BaseModel):
     metadata: dict[str, JsonValue] = Field(default_factory=dict)
     message_count: int = Field(default=0, ge=0, le=MAX_SEQ)
     token_count: int = Field(default=0, ge=0, le=2**63 - 1)
+    expires_at: datetime | None = None
+    parent_id: str | None = None
+    forked_at_seq: int | None = Field(default=None, ge=0, le=MAX_SEQ)
 
     @field_validator("id")
     @classmethod
@@ -69,6 +76,16 @@ class Conversation(BaseModel):
     @classmethod
     def _aware(cls, value: datetime) -> datetime:
         return _utc(value)
+
+    @field_validator("expires_at")
+    @classmethod
+    def _aware_or_none(cls, value: datetime | None) -> datetime | None:
+        return None if value is None else _utc(value)
+
+    @field_validator("parent_id")
+    @classmethod
+    def _check_parent(cls, value: str | None) -> str | None:
+        return None if value is None else _validate_id(value, "parent conversation id")
 
     @field_validator("metadata", mode="before")
     @classmethod
@@ -318,9 +335,81 @@ class LoadReport(BaseModel):
 
     model_config = _FROZEN
 
+    __str__ = BaseModel.__repr__  # print() names the class
+
     conversation: Conversation
     messages: int
     written: int
     recounted: int
 
 
+
+
+class PruneReport(BaseModel):
+    """What ``prune`` deleted (with ``dry_run``: would delete).
+
+    Attributes:
+        conversations_scanned: conversations the policy was applied to.
+        conversations_touched: conversations that lost messages or summaries (or went).
+        messages_deleted: messages deleted, dropped conversations' included.
+        summaries_deleted: summaries deleted, dropped conversations' included.
+        conversations_dropped: conversations deleted whole (expired, or left empty
+            with ``drop_empty``).
+        dry_run: ``True`` when nothing was written.
+    """
+
+    model_config = _FROZEN
+
+    __str__ = BaseModel.__repr__  # print() names the class
+
+    conversations_scanned: int = 0
+    conversations_touched: int = 0
+    messages_deleted: int = 0
+    summaries_deleted: int = 0
+    conversations_dropped: int = 0
+    dry_run: bool = False
+
+
+class ForgetReport(BaseModel):
+    """What ``forget`` erased.
+
+    Attributes:
+        conversations: conversations deleted (the selected ones and every fork
+            descending from them).
+        messages: their messages.
+        audit_id: the id of the audit entry recording it (see ``audit_log``).
+    """
+
+    model_config = _FROZEN
+
+    __str__ = BaseModel.__repr__  # print() names the class
+
+    conversations: int
+    messages: int
+    audit_id: int
+
+
+class AuditEntry(BaseModel):
+    """One entry of the audit log: a ``forget``, recorded without the erased values.
+
+    Attributes:
+        id: increasing entry id (the cursor of ``audit_log(after=...)``).
+        at: when (UTC).
+        operation: ``"forget"``.
+        selector_digest: sha256 (hex) of the canonical JSON of the selector
+            (``{"conversation_ids": [...], "where": {...}}``): it proves which selector
+            was used to whoever holds it, and reveals nothing to whoever does not.
+        conversations: conversations deleted.
+        messages: messages deleted.
+        reason: the caller's reason, as given (keep personal data out of it).
+    """
+
+    model_config = _FROZEN
+
+    id: int
+    at: datetime
+    operation: str
+    selector_digest: str
+    conversations: int
+    messages: int
+    reason: str | None = None
