@@ -141,11 +141,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--phase",
-        choices=("windows", "transfer"),
+        choices=("windows", "transfer", "search"),
         default="windows",
         help="windows: the latency benchmark (default); transfer: peak memory of export, "
         "import, dump/load state, iteration and delete at 10k and 1M messages "
-        "(benchmarks/transfer_memory.py; --sizes and --db apply)",
+        "(benchmarks/transfer_memory.py; --sizes and --db apply); search: full-text search "
+        "latency, write cost, index size and backfill time (benchmarks/search.py: 100,000 "
+        "messages, --sizes 1m for 1,000,000; --db and --quick apply)",
     )
     p.add_argument(
         "--phases",
@@ -174,6 +176,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.sizes:
             phase_args += ["--sizes", ",".join(map(str, args.sizes))]
         return transfer_memory.main(phase_args)
+    if args.phase == "search":
+        from benchmarks import search
+
+        search_args = ["--db", ",".join(args.db), "--update-docs"]
+        if args.quick:
+            search_args = ["--db", ",".join(args.db), "--quick",
+                           "--results", str(HERE / "results" / "raw" / "search-quick.json")]
+        elif args.sizes and max(args.sizes) >= 1_000_000:
+            search_args.append("--full")
+        return search.main(search_args)
     raw = HERE / "results" / "raw"
     results = args.results or (
         raw / "quick.json" if args.quick else HERE / "results" / "latest.json"

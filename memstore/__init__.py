@@ -31,6 +31,7 @@ if _TYPE_CHECKING:  # what type checkers and IDEs see; at run time, `__getattr__
         TruncateOldest,
     )
     from memstore.context.formatters import MarkdownListFormatter, XMLFormatter, inject_into_system
+    from memstore.context.recall import Recall, RecallReport
     from memstore.errors import (
         ConfigurationError,
         ConflictError,
@@ -70,6 +71,7 @@ if _TYPE_CHECKING:  # what type checkers and IDEs see; at run time, `__getattr__
         TextPart,
         ToolCall,
     )
+    from memstore.search import SearchHit
     from memstore.store import ChatContext, MemoryStore
     from memstore.tokens import (
         ApproxCounter,
@@ -159,10 +161,13 @@ _LAZY: dict[str, str] = {
     "Omission": "memstore.views.window",
     "PruneReport": "memstore.models",
     "ReadOnlyError": "memstore.errors",
+    "Recall": "memstore.context.recall",
+    "RecallReport": "memstore.context.recall",
     "RecentTurnsView": "memstore.views",
     "SchemaOutOfDateError": "memstore.errors",
     "SchemaTooNewError": "memstore.errors",
     "ScoreBasedView": "memstore.views",
+    "SearchHit": "memstore.search",
     "StoreClosedError": "memstore.errors",
     "StoreStats": "memstore.models",
     "StoredMessage": "memstore.models",
@@ -265,10 +270,13 @@ __all__ = [
     "Omission",
     "PruneReport",
     "ReadOnlyError",
+    "Recall",
+    "RecallReport",
     "RecentTurnsView",
     "SchemaOutOfDateError",
     "SchemaTooNewError",
     "ScoreBasedView",
+    "SearchHit",
     "StoreClosedError",
     "StoreStats",
     "StoredMessage",

@@ -457,16 +457,21 @@ async def test_forget_erases_a_subject_and_its_forks_and_leaves_an_audit(
 def test_forget_leaves_no_copy_in_the_sqlite_files(tmp_path: Path) -> None:
     path = tmp_path / "m.db"
     planted = "zq-planted-" + "7" * 12
+    token = "zqsecretword" + "4" * 9  # one word: the search index holds it as a token
     store = MemoryStore(f"sqlite:///{path}", counter=FixedCounter())
     try:
         store.create_conversation("x", {"user_id": "u1"})
-        store.extend("x", [Message.user(f"my secret is {planted} ({i})") for i in range(50)])
+        store.extend("x", [Message.user(f"my secret is {planted} {token} ({i})")
+                           for i in range(50)])
         store.append("y", Message.user("unrelated"))
+        assert [h.message.conversation_id for h in store.search(token, limit=1)] == ["x"]
         raw = path.read_bytes() + (tmp_path / "m.db-wal").read_bytes()
-        assert planted.encode() in raw
+        assert planted.encode() in raw and token.encode() in raw
         store.forget(where={"user_id": "u1"})
         files = [p for p in tmp_path.iterdir() if p.name.startswith("m.db")]
-        assert all(planted.encode() not in p.read_bytes() for p in files), files
+        for secret in (planted, token):
+            assert all(secret.encode() not in p.read_bytes() for p in files), (secret, files)
+        assert store.search(token) == []
         assert [m.content for m in store.messages("y")] == ["unrelated"]
     finally:
         store.close()

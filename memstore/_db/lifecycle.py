@@ -31,6 +31,7 @@ from memstore._db.filters import conversation_filter
 from memstore._db.ops import conversation_row, delete_contents
 from memstore._db.rows import to_conversation, utcnow
 from memstore._db.schema import audit, conversations, messages, summaries
+from memstore._db.search import purge_deleted
 from memstore._db.statements import new_epoch, sum_tokens
 from memstore._db.statements import update_conversation as update_row
 from memstore._validate import WhereValue, check_json, check_json_size
@@ -221,7 +222,8 @@ def forget(conn: Connection, where: Mapping[str, WhereValue] | None, ids: list[s
     """Delete the selected conversations and their forks; append the audit entry.
 
     Returns ``(conversations, messages, audit entry id)``. On SQLite the deletes run
-    with ``secure_delete``, which overwrites the freed content with zeros.
+    with ``secure_delete``, which overwrites the freed content with zeros, and the
+    full-text index is merged so no segment keeps the deleted messages' words.
     """
     sqlite = conn.dialect.name == "sqlite"
     previous = None
@@ -236,6 +238,10 @@ def forget(conn: Connection, where: Mapping[str, WhereValue] | None, ids: list[s
             deleted_messages += int(row.last_seq) - int(row.first_seq) + 1
             delete_contents(conn, cid, row)
             conn.execute(delete(conversations).where(C.id == cid))
+        # SQLite's full-text index keeps a deleted message's words in older segments
+        # until they merge: merge them now, so the words go too (secure_delete zeroes
+        # the pages they leave).
+        purge_deleted(conn)
         entry = conn.execute(insert(audit).values(
             at=utcnow(), operation="forget", selector_digest=digest,
             conversations=len(targets), messages=deleted_messages, reason=reason,

@@ -57,6 +57,8 @@ from typing import Any, Protocol, cast
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from memstore._validate import check_flag, short_repr
+from memstore.context.recall import Recall, RecallReport, SearchSource
+from memstore.context.recall import select as _select_recall
 from memstore.context.strategies import (
     Drop,
     Strategy,
@@ -78,7 +80,7 @@ from memstore.errors import (
     NotFoundError,
 )
 from memstore.formats import message_list, to_anthropic
-from memstore.models import MAX_ID_LENGTH, Message
+from memstore.models import MAX_ID_LENGTH, Message, StoredMessage
 from memstore.models.common import _check_json
 from memstore.tokens import (
     TokenCounter,
@@ -110,6 +112,9 @@ __all__ = [
     "ContextBuilder",
     "Drop",
     "HistoryBlock",
+    "Recall",
+    "RecallReport",
+    "SearchSource",
     "Strategy",
     "Strict",
     "Summarize",
@@ -225,7 +230,10 @@ class Block:
         tier: a [`Tier`][memstore.Tier] or any int (lower is served first).
         strategy: what to do when the block does not fit (required).
         messages: the block's messages (copied at construction), or
-        history: a [`HistoryBlock`][memstore.HistoryBlock] — exactly one of the two.
+        history: a [`HistoryBlock`][memstore.HistoryBlock], or
+        recall: a [`Recall`][memstore.context.recall.Recall]: what a search of the store
+            finds, as one message (see `memstore.context.recall`) — exactly one of the
+            three.
         max_tokens: a cap (>= 1): the block gets ``min(max_tokens, remaining)``.
         cache_control: a JSON object (e.g. ``{"type": "ephemeral"}``) stamped on a
             copy of the block's last output message (metadata
@@ -253,6 +261,7 @@ class Block:
     history: HistoryBlock | None = None
     max_tokens: int | None = None
     cache_control: Mapping[str, JsonValue] | None = field(default=None, hash=False)
+    recall: Recall | None = None
 
     def __init__(
         self,
@@ -264,6 +273,7 @@ class Block:
         history: HistoryBlock | None = None,
         max_tokens: int | None = None,
         cache_control: Mapping[str, JsonValue] | None = None,
+        recall: Recall | None = None,
     ) -> None:
         _check_block_id(id)
         where = f"block {id!r}"  # (a valid id by now: shown whole)
@@ -278,8 +288,11 @@ class Block:
                 f"{where}: strategy must be a Strategy (Strict(), Drop(), TruncateOldest(), "
                 f"Summarize(...) or a subclass), got {short_repr(strategy)}"
             )
-        if (messages is None) == (history is None):
-            raise ConfigurationError(f"{where} needs exactly one of messages= or history=")
+        if (messages is not None) + (history is not None) + (recall is not None) != 1:
+            raise ConfigurationError(
+                f"{where} needs exactly one of messages=, history= or recall=")
+        if recall is not None and not isinstance(recall, Recall):
+            raise ConfigurationError(f"{where}: recall must be a Recall, got {short_repr(recall)}")
         copied: tuple[Message, ...] | None = None
         if messages is not None:
             copied = tuple(message_list(messages, f"{where}: messages", ConfigurationError))
@@ -306,7 +319,8 @@ class Block:
                 raise ConfigurationError(f"{where}: {exc}") from exc
         for name, value in (("id", id), ("tier", tier), ("strategy", strategy),
                             ("messages", copied), ("history", history),
-                            ("max_tokens", max_tokens), ("cache_control", control)):
+                            ("max_tokens", max_tokens), ("cache_control", control),
+                            ("recall", recall)):
             object.__setattr__(self, name, value)
 
 
@@ -375,6 +389,9 @@ class CompileReport(BaseModel):
             order, no repeats.
         history_reports: history block id → the ``WindowReport`` of the view that
             read it (``rows_read`` is the cost).
+        recall_reports: recall block id → its
+            [`RecallReport`][memstore.context.recall.RecallReport]: the conversation ids and
+            seqs of the hits (and context) it showed, and what it left out.
     """
 
     model_config = _REPORT
@@ -387,6 +404,7 @@ class CompileReport(BaseModel):
     evictions: dict[str, str] = Field(default_factory=dict)
     blocks_dropped: list[str] = Field(default_factory=list)
     history_reports: dict[str, WindowReport] = Field(default_factory=dict)
+    recall_reports: dict[str, RecallReport] = Field(default_factory=dict)
 
 
 def _cache_control_of(message: Message) -> Mapping[str, Any] | None:
@@ -510,8 +528,27 @@ class _ReadWindow:
         return cast(ContextWindow, result)
 
 
+@dataclass(frozen=True)
+class _Search:
+    recall: Recall
+    block_id: str
 
-_Request = _ReadWindow | SummarizeCall
+    def run_sync(self) -> list[Any]:
+        if self.recall.is_async:
+            raise ConfigurationError(
+                f"block {self.block_id!r} searches an AsyncMemoryStore; use "
+                "`await builder.acompile()`"
+            )
+        return list(self.recall.store.search(self.recall.query, **self.recall.arguments()))
+
+    async def run_async(self) -> list[Any]:
+        result: Any = self.recall.store.search(self.recall.query, **self.recall.arguments())
+        if inspect.isawaitable(result):
+            result = await result
+        return list(result)
+
+
+_Request = _ReadWindow | SummarizeCall | _Search
 
 
 # ---- the builder ------------------------------------------------------------------------
@@ -799,6 +836,18 @@ class ContextBuilder:
             return strategy._truncate(block.id, messages, counts, budget, newest)[0]
         return messages  # a custom strategy: the view's truncation stands
 
+    def _check_skips(self, blocks: list[Block]) -> None:
+        """Refuse a recall block whose ``skip`` names no history block of this builder."""
+        for block in blocks:
+            skip = block.recall.skip if block.recall is not None else None
+            if skip is None:
+                continue
+            target = self._blocks.get(skip)
+            if target is None or target.history is None:
+                raise ConfigurationError(
+                    f"block {block.id!r} skips the messages of block {skip!r}, which is not "
+                    "a history block of this builder")
+
     def _steps(self) -> Generator[_Request, Any, CompiledContext]:
         counter = self._counter
         priming = self._priming
@@ -809,7 +858,13 @@ class ContextBuilder:
         evictions: dict[str, str] = {}
         dropped: list[str] = []
         history_reports: dict[str, WindowReport] = {}
+        recall_reports: dict[str, RecallReport] = {}
+        #: history block id -> the stored messages it shows (a recall's ``skip``)
+        shown_by: dict[str, set[tuple[str, int]]] = {}
+        #: recall blocks whose ``skip`` history block is served after them
+        pending: list[tuple[Block, list[Any], int]] = []
         ordered = sorted(self._blocks.values(), key=lambda b: int(b.tier))
+        self._check_skips(ordered)
         for block in ordered:
             budget = remaining if block.max_tokens is None else min(block.max_tokens, remaining)
             left_out = 0
@@ -820,6 +875,27 @@ class ContextBuilder:
                 # The turn being answered: the newest unit that is not anchored, as the
                 # views keep it (a system reminder after the question does not replace it).
                 newest = newest_unit(messages)
+                shown_by[block.id] = set()
+            elif block.recall is not None:
+                hits = yield _Search(block.recall, block.id)
+                skip = block.recall.skip
+                selection = _select_recall(
+                    block.id, block.recall, hits, shown_by.get(skip or "", set()), budget,
+                    lambda m: message_tokens(m, counter),
+                    strict=isinstance(block.strategy, Strict),
+                    drop=isinstance(block.strategy, Drop))
+                recall_reports[block.id] = selection.report
+                if selection.truncated:
+                    evictions[block.id] = (
+                        "dropped" if isinstance(block.strategy, Drop) else "truncated")
+                if selection.message is None:
+                    if selection.truncated:
+                        dropped.append(block.id)
+                        per_block[block.id] = 0
+                    continue
+                if skip is not None and skip not in shown_by:
+                    pending.append((block, hits, len(output)))
+                messages = [selection.message]
             else:
                 messages = list(block.messages or ())
             if not messages:
@@ -869,6 +945,31 @@ class ContextBuilder:
             per_block[block.id] = used
             remaining -= used
             output.extend(kept)
+            if block.history is not None:
+                shown_by[block.id] = {(m.conversation_id, m.seq) for m in kept
+                                      if isinstance(m, StoredMessage)}
+        for block, hits, position in reversed(pending):
+            # Its history block was served after it: keep the best hits that block does
+            # not show, within the tokens the recall block was given.
+            assert block.recall is not None
+            selection = _select_recall(
+                block.id, block.recall, hits, shown_by.get(block.recall.skip or "", set()),
+                per_block[block.id], lambda m: message_tokens(m, counter))
+            recall_reports[block.id] = selection.report
+            if selection.truncated:
+                evictions[block.id] = "truncated"
+            if selection.message is None:
+                del output[position]
+                remaining += per_block[block.id]
+                per_block[block.id] = 0
+                continue
+            replacement = selection.message
+            if block.cache_control is not None:
+                replacement = _stamp(replacement, block.cache_control)
+            used = message_tokens(replacement, counter)
+            remaining += per_block[block.id] - used
+            per_block[block.id] = used
+            output[position] = replacement
         total = self._max_tokens - remaining
         report = CompileReport(
             total_tokens_used=total,
@@ -879,6 +980,7 @@ class ContextBuilder:
             evictions=evictions,
             blocks_dropped=dropped,
             history_reports=history_reports,
+            recall_reports=recall_reports,
         )
         return CompiledContext(
             messages=output, token_count=total, max_tokens=self._max_tokens, report=report

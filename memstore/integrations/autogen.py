@@ -46,7 +46,7 @@ import contextlib
 import copy
 import functools
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -101,6 +101,7 @@ __all__ = [
     "MemstoreChatCompletionContext",
     "MemstoreChatCompletionContextConfig",
     "from_memstore",
+    "search_tool",
     "to_memstore",
 ]
 
@@ -521,3 +522,35 @@ class MemstoreChatCompletionContext(ChatCompletionContext,
         if self._owns_store:
             await run(self._store, lambda s: s.close())
 
+
+# ---- an agent tool: search memory ------------------------------------------------------------
+
+
+def search_tool(
+    store: Any,
+    *,
+    conversation_id: str | Sequence[str] | None = None,
+    where: Mapping[str, str | int | bool | None] | None = None,
+    limit: int = 5,
+    name: str = "search_memory",
+    description: str | None = None,
+) -> Any:
+    """An autogen ``FunctionTool`` an agent calls to search its memory in ``store``.
+
+    The tool of `memstore.tools.search_tool()` (same arguments), as
+    ``autogen_core.tools.FunctionTool``; its call returns the hits as compact JSON::
+
+        agent = AssistantAgent("assistant", model_client, tools=[search_tool(store)])
+    """
+    from autogen_core.tools import FunctionTool
+
+    from memstore.tools import search_tool as _search_tool
+
+    tool = _search_tool(store, conversation_id=conversation_id, where=where, limit=limit,
+                        name=name, **({"description": description} if description else {}))
+
+    async def search_memory(query: str, limit: int = tool.limit) -> str:
+        return await tool.acall(query, limit)
+
+    search_memory.__doc__ = tool.description
+    return FunctionTool(search_memory, description=tool.description, name=tool.name)

@@ -69,7 +69,7 @@ import contextlib
 import copy
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from memstore import (
@@ -110,7 +110,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
         "pip install 'memstore[langchain]'"
     ) from exc
 
-__all__ = ["MemstoreChatMessageHistory", "from_memstore", "to_memstore"]
+__all__ = ["MemstoreChatMessageHistory", "from_memstore", "search_tool", "to_memstore"]
 
 _KEY = "langchain"
 _DEVELOPER = "__openai_role__"
@@ -590,3 +590,48 @@ class MemstoreChatMessageHistory(BaseChatMessageHistory):
                 await self._store.clear(self.session_id)
             else:
                 self._store.clear(self.session_id)
+
+
+# ---- an agent tool: search memory ------------------------------------------------------------
+
+
+def search_tool(
+    store: Any,
+    *,
+    conversation_id: str | Sequence[str] | None = None,
+    where: Mapping[str, str | int | bool | None] | None = None,
+    limit: int = 5,
+    name: str = "search_memory",
+    description: str | None = None,
+) -> Any:
+    """A LangChain ``StructuredTool`` an agent calls to search its memory in ``store``.
+
+    The tool of `memstore.tools.search_tool()` (same arguments), as
+    ``langchain_core.tools.StructuredTool`` with both a sync and an async call (a
+    ``MemoryStore`` serves both; an ``AsyncMemoryStore`` only the async one)::
+
+        model.bind_tools([search_tool(store)])
+    """
+    from langchain_core.tools import StructuredTool
+    from pydantic import BaseModel, Field
+
+    from memstore.tools import search_tool as _search_tool
+
+    tool = _search_tool(store, conversation_id=conversation_id, where=where, limit=limit,
+                        name=name, **({"description": description} if description else {}))
+
+    class SearchMemory(BaseModel):
+        query: str = Field(description=tool.parameters["properties"]["query"]["description"])
+        limit: int | None = Field(default=None, ge=1, le=1000,
+                                  description=tool.parameters["properties"]["limit"][
+                                      "description"])
+
+    def run(query: str, limit: int | None = None) -> str:
+        return tool.call(query, limit)
+
+    async def arun(query: str, limit: int | None = None) -> str:
+        return await tool.acall(query, limit)
+
+    return StructuredTool.from_function(func=run, coroutine=arun, name=tool.name,
+                                        description=tool.description,
+                                        args_schema=SearchMemory)

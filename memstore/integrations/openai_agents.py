@@ -79,7 +79,7 @@ from memstore.integrations._common import (
 )
 from memstore.tokens import ApproxCounter, TokenCounter
 
-__all__ = ["MemstoreSession", "items_to_messages", "messages_to_items"]
+__all__ = ["MemstoreSession", "items_to_messages", "messages_to_items", "search_tool"]
 
 #: The metadata key holding a message's original items.
 METADATA_KEY = "openai_agents"
@@ -771,3 +771,38 @@ def _newest(items: Sequence[Item], limit: int) -> list[Item]:
         if start <= bound:
             best = start
     return list(items[best:])
+
+
+# ---- an agent tool: search memory ------------------------------------------------------------
+
+
+def search_tool(
+    store: Any,
+    *,
+    conversation_id: str | Sequence[str] | None = None,
+    where: Mapping[str, str | int | bool | None] | None = None,
+    limit: int = 5,
+    name: str = "search_memory",
+    description: str | None = None,
+) -> Any:
+    """A ``FunctionTool`` an Agents SDK agent calls to search its memory in ``store``.
+
+    The tool of `memstore.tools.search_tool()` (same arguments), as the SDK's
+    ``FunctionTool``: its JSON schema, and a call that returns the hits as compact JSON
+    (an ``AsyncMemoryStore`` is awaited, a ``MemoryStore`` called directly)::
+
+        agent = Agent(name="assistant", tools=[search_tool(store, where={"user": "u1"})])
+    """
+    from agents import FunctionTool
+
+    from memstore.tools import search_tool as _search_tool
+
+    tool = _search_tool(store, conversation_id=conversation_id, where=where, limit=limit,
+                        name=name, **({"description": description} if description else {}))
+
+    async def invoke(context: Any, arguments: str) -> str:
+        return await tool.arun(arguments)
+
+    return FunctionTool(name=tool.name, description=tool.description,
+                        params_json_schema=tool.parameters, on_invoke_tool=invoke,
+                        strict_json_schema=False)
