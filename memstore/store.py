@@ -642,9 +642,10 @@ class MemoryStore:
             >>> from memstore import MemoryStore, Message
             >>> store = MemoryStore("sqlite://")
             >>> _ = store.extend("c", [Message.user("hi"), Message.assistant("draft")])
-            >>> [m.text for m in store.rewrite(
-            ...     "c", lambda ms: [ms[0].model_copy(update={"content": "final"})], newest=1)]
-            ['final']
+            >>> store.rewrite(
+            ...     "c", lambda ms: [ms[0].model_copy(update={"content": "final"})], newest=1
+            ... )[0].text
+            'final'
             >>> store.close()
 
         Args:

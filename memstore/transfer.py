@@ -475,15 +475,14 @@ def import_jsonl(
     Returns:
         One [`ImportedConversation`][memstore.ImportedConversation] per conversation, in file order.
 
+    Any `MemstoreError` raised (a conflict, a database error) carries ``.imported``:
+    the conversations before the one that failed, which are stored.
+
     Raises:
         ImportFormatError: a line is not valid (``.line`` is its 1-based number; its
             conversation is untouched, the ones before it are imported and listed in
             ``.imported``).
         ConflictError: a message id is stored with other content.
-
-        Any `MemstoreError` raised (a conflict, a database
-        error) carries ``.imported`` too: the conversations before the one that
-        failed, which are stored.
     """
     _check_store(store, "import_jsonl")
     _stateio.check_readable(fp, "import_jsonl")
