@@ -459,7 +459,7 @@ def import_jsonl(
     messages) and it extends the newest stored summary; otherwise it is left out.
 
     Token counts in the file are not trusted: every message is recounted (see
-    [`ImportedConversation.recounted`][memstore.ImportedConversation.recounted]).
+    `ImportedConversation.recounted`).
 
     Args:
         store: the store to write.

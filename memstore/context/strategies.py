@@ -143,7 +143,7 @@ class Strategy(abc.ABC):
     and reports the block as ``"evicted"``.
     """
 
-    #: The eviction label in [`CompileReport.evictions`][memstore.CompileReport.evictions].
+    #: The eviction label in `CompileReport.evictions`.
     label: ClassVar[str] = "evicted"
 
     @abc.abstractmethod

@@ -18,7 +18,7 @@ _NAME_FORMS = (
 
 
 def counter_from_name(name: str) -> TokenCounter:
-    """Rebuild a counter from its [`name`][memstore.TokenCounter.name].
+    """Rebuild a counter from its `name`.
 
     ``counter_from_name(c.name)`` counts exactly like ``c`` for every memstore
     counter (views serialise their counter by name and rebuild it with this).
