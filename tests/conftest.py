@@ -140,7 +140,8 @@ def _empty_pg(url: str) -> None:
     engine = create_engine(url)
     with engine.begin() as conn:
         conn.execute(text("TRUNCATE memstore_summaries, memstore_messages, "
-                          "memstore_conversation_keys, memstore_conversations, memstore_audit"))
+                          "memstore_conversation_keys, memstore_conversations, memstore_audit "
+                          "RESTART IDENTITY"))
     engine.dispose()
 
 
