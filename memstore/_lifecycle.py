@@ -17,7 +17,13 @@ from typing import Any
 
 from memstore._base import Plan, check_conversation_id, check_metadata, new_conversation_id
 from memstore._db import lifecycle as _life
-from memstore._validate import check_flag, check_where, short_repr, text_problem
+from memstore._validate import (
+    check_flag,
+    check_progress,
+    check_where,
+    short_repr,
+    text_problem,
+)
 from memstore.errors import InvalidInputError
 from memstore.models import AuditEntry, Conversation, PruneReport
 
@@ -50,6 +56,13 @@ def check_instant(value: Any, name: str) -> datetime | None:
     return value.astimezone(timezone.utc)
 
 
+def check_limit(limit: Any) -> int:
+    """A page size: an int in ``[1, MAX_PAGE]`` (listing and the audit log)."""
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE:
+        raise InvalidInputError(f"limit must be an int in [1, {MAX_PAGE}], got {short_repr(limit)}")
+    return limit
+
+
 def _listing(where: Any, parent_id: Any, updated_after: Any,
              updated_before: Any) -> _life.Listing:
     return _life.Listing(
@@ -66,8 +79,7 @@ def list_plan(limit: Any, after: Any, where: Any, parent_id: Any, updated_after:
     listing = _listing(where, parent_id, updated_after, updated_before)
     if order not in ("id", "updated"):
         raise InvalidInputError(f"order must be 'id' or 'updated', got {short_repr(order)}")
-    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE:
-        raise InvalidInputError(f"limit must be an int in [1, {MAX_PAGE}], got {short_repr(limit)}")
+    check_limit(limit)
     cursor: str | tuple[datetime, str] | None
     if after is None:
         cursor = None
@@ -164,9 +176,7 @@ def prune_steps(
         raise InvalidInputError(
             "nothing to prune: give older_than=, keep_last= or expired=True (a prune never "
             "means 'delete everything')")
-    if progress is not None and not callable(progress):
-        raise InvalidInputError(f"prune progress must be a callable taking a count, got "
-                                f"{short_repr(progress)}")
+    check_progress(progress, "prune")
     listing = _life.Listing(where=check_where(where))
     ids = _ids(conversation_ids, "prune")
     now = datetime.now(timezone.utc)
@@ -224,8 +234,7 @@ def forget_plan(where: Any, conversation_ids: Any, reason: Any) -> Plan:
 
 def audit_plan(limit: Any, after: Any) -> Plan:
     """The plan of ``audit_log``."""
-    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE:
-        raise InvalidInputError(f"limit must be an int in [1, {MAX_PAGE}], got {short_repr(limit)}")
+    check_limit(limit)
     if after is not None and (not isinstance(after, int) or isinstance(after, bool)):
         raise InvalidInputError(f"after must be an audit entry id (int) or None, got "
                                 f"{short_repr(after)}")

@@ -52,6 +52,7 @@ __all__ = [
     "check_counter_name",
     "check_json",
     "check_json_size",
+    "check_progress",
     "check_size",
     "check_text",
     "check_token_count",
@@ -443,3 +444,11 @@ def check_where(where: Any, name: str = "where") -> dict[str, WhereValue] | None
                 f"metadata value), got {type(value).__name__}")
         out[key] = value
     return out or None
+
+
+def check_progress(progress: Any, what: str) -> None:
+    """Refuse a ``progress`` that cannot be called, before anything is read or written."""
+    if progress is not None and not callable(progress):
+        raise InvalidInputError(
+            f"{what} progress must be a callable taking a count, got {short_repr(progress)}"
+        )

@@ -47,7 +47,13 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from memstore import _base
 from memstore._db import snapshots as _snapshots
 from memstore._db import stateio as _stateio
-from memstore._validate import JSON_TOO_DEEP, check_flag, short_repr, validation_summary
+from memstore._validate import (
+    JSON_TOO_DEEP,
+    check_flag,
+    check_progress,
+    short_repr,
+    validation_summary,
+)
 from memstore.errors import (
     ConflictError,
     ImportFormatError,
@@ -176,14 +182,6 @@ def _all_ids(store: MemoryStore) -> Iterator[str]:
         after = page[-1].id
 
 
-def _check_progress(progress: Any, what: str) -> None:
-    """Refuse a ``progress`` that cannot be called, before anything is read or written."""
-    if progress is not None and not callable(progress):
-        raise InvalidInputError(
-            f"{what} progress must be a callable taking a count, got {short_repr(progress)}"
-        )
-
-
 def export_jsonl(
     store: MemoryStore,
     fp: TextIO,
@@ -218,7 +216,7 @@ def export_jsonl(
         raise InvalidInputError(
             "conversation_ids must be a list of ids, not a single string"
         )
-    _check_progress(progress, "export_jsonl")
+    check_progress(progress, "export_jsonl")
     try:
         ids = _all_ids(store) if conversation_ids is None else iter(conversation_ids)
     except TypeError:
@@ -487,7 +485,7 @@ def import_jsonl(
     _check_store(store, "import_jsonl")
     _stateio.check_readable(fp, "import_jsonl")
     replace = check_flag(replace, "replace")
-    _check_progress(progress, "import_jsonl")
+    check_progress(progress, "import_jsonl")
     target = _base.check_conversation_id(rename) if rename is not None else None
     lines = _Lines(fp)
     done: list[ImportedConversation] = []
