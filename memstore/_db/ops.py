@@ -10,6 +10,9 @@ serves a window's reads).
 from __future__ import annotations
 
 import contextlib
+import functools
+import sqlite3
+import sys
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -333,14 +336,15 @@ def _append_batch(
 ) -> list[StoredMessage]:
     """Allocate and insert ``batch`` in one transaction on the DBAPI cursor.
 
-    SQLite: ``BEGIN IMMEDIATE``, the allocation, an ``executemany`` of the INSERT,
+    SQLite: ``BEGIN IMMEDIATE``, the allocation, multi-row INSERTs of the rows,
     ``COMMIT`` (memstore drives SQLite's transactions). PostgreSQL: the allocation and
     one ``COPY ... FROM STDIN`` of the rows in the driver's implicit transaction,
     committed or rolled back here.
     """
     sqlite = conn.dialect.name == "sqlite"
     allocate = q.hot_write(conn.dialect, "allocate")
-    insert = q.hot_write(conn.dialect, "insert")
+    values = q.values_messages(conn.dialect)
+    step = values.rows_per_statement(sqlite_variable_limit())
     now = utcnow()
     results: list[StoredMessage] = []
     dbapi = conn.connection.dbapi_connection
@@ -355,7 +359,6 @@ def _append_batch(
             cursor.execute(statement, params)
             rows = cursor.fetchall()
             first = allocated(rows[0][0] if rows else None, cid, len(batch)) - len(batch) + 1
-            statement = insert.sql
             memo: dict[str, tuple[Any, Any]] = {}  # the batch's timestamp, processed once
             # Build, insert and wrap one chunk at a time: on asyncio each chunk's execute
             # awaits the driver, so the event loop runs between chunks.
@@ -366,12 +369,12 @@ def _append_batch(
                         for offset, p in enumerate(chunk)]
                 if not sqlite:
                     insert_message_rows(conn, rows)  # one COPY; its errors come out wrapped
-                else:
-                    params = [insert.row_params(row, memo) for row in rows]
-                    if len(params) == 1:
-                        cursor.execute(statement, params[0])
-                    else:
-                        cursor.executemany(statement, params)
+                else:  # one multi-row INSERT per statement's worth of rows
+                    for part in range(0, len(rows), step):
+                        some = rows[part:part + step]
+                        statement = values.sql(len(some))
+                        params = values.params(some, memo)
+                        cursor.execute(statement, params)
                 results.extend(stored_from_row_dict(row, p.message)
                                for row, p in zip(rows, chunk))
             statement, params = "COMMIT", None
@@ -399,10 +402,19 @@ def insert_message_rows(conn: Connection, rows: list[dict[str, Any]]) -> None:
 
     PostgreSQL: one ``COPY ... FROM STDIN`` (see `memstore._db.statements.CopyMessages`);
     a driver error is wrapped as SQLAlchemy would, so it is translated the same way.
-    SQLite: an ``executemany`` of the INSERT.
+    SQLite: one multi-row INSERT per `sqlite_variable_limit` worth of rows (see
+    `memstore._db.statements.ValuesMessages`).
     """
     if conn.dialect.name != "postgresql":
-        conn.execute(q.insert_messages(), rows)
+        if len(rows) == 1:
+            conn.execute(q.insert_messages(), rows)
+            return
+        insert = q.values_messages(conn.dialect)
+        step = insert.rows_per_statement(sqlite_variable_limit())
+        processed: dict[str, tuple[Any, Any]] = {}
+        for start in range(0, len(rows), step):
+            chunk = rows[start:start + step]
+            conn.exec_driver_sql(insert.sql(len(chunk)), insert.params(chunk, processed))
         return
     copy = q.copy_messages(conn.dialect)
     memo: dict[str, tuple[Any, Any]] = {}
@@ -411,6 +423,19 @@ def insert_message_rows(conn: Connection, rows: list[dict[str, Any]]) -> None:
         _copy_rows(conn, copy.sql, values)
     except conn.dialect.loaded_dbapi.Error as exc:
         raise driver_error(conn, exc, copy.sql, None) from exc
+
+
+@functools.cache
+def sqlite_variable_limit() -> int:
+    """How many values one SQLite statement may bind, with this Python's SQLite library.
+
+    Python 3.11+ asks the library (a build may set a lower limit); older Pythons go by
+    its version (999 before SQLite 3.32, 32,766 since).
+    """
+    if sys.version_info >= (3, 11):
+        with contextlib.closing(sqlite3.connect(":memory:")) as probe:
+            return probe.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+    return 32_766 if sqlite3.sqlite_version_info >= (3, 32, 0) else 999
 
 
 def _copy_rows(conn: Connection, sql: str, rows: list[list[Any]]) -> None:

