@@ -98,13 +98,14 @@ def list_plan(limit: Any, after: Any, where: Any, parent_id: Any, updated_after:
         if problem is not None:
             raise InvalidInputError(f"after {short_repr(after)} {problem}")
         cursor = after
-    return Plan(_life.list_conversations, (listing, order, limit, cursor))
+    # One statement: no transaction needed (its own snapshot), so none is opened.
+    return Plan(_life.list_conversations, (listing, order, limit, cursor), optimistic=True)
 
 
 def count_plan(where: Any, parent_id: Any, updated_after: Any, updated_before: Any) -> Plan:
     """The plan of ``count_conversations``."""
     return Plan(_life.count_conversations,
-                (_listing(where, parent_id, updated_after, updated_before),))
+                (_listing(where, parent_id, updated_after, updated_before),), optimistic=True)
 
 
 def update_plan(id: Any, metadata: Any, merge: Any,

@@ -149,6 +149,42 @@ async def test_keyset_pages_by_id_and_by_recency(store: Any) -> None:
         await call(store.list_conversations(order="newest"))
 
 
+async def test_listed_conversations_read_back_as_get_conversation_reads_them(
+        store: Any) -> None:
+    """The listing's own decoding (precompiled, on the driver) against the ORM path's."""
+    await call(store.create_conversation("meta", {"user_id": "u1", "deep": {"x": [1, None]},
+                                                  "s": "ünï \u2603", "n": 2, "f": 1.5}))
+    await call(store.append("plain", Message.user("no metadata")))
+    await call(store.extend("src", [Message.user("one"), Message.assistant("two")]))
+    await call(store.fork("src", "kid", at_seq=1, metadata={"user_id": "u1"}))
+    when = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=timezone.utc)
+    await call(store.update_conversation("plain", expires_at=when))
+    ids = ["kid", "meta", "plain", "src"]
+    expected = [await call(store.get_conversation(i)) for i in ids]
+    listings = [
+        await call(store.list_conversations()),
+        await call(store.list_conversations(limit=2, after="kid")),
+        await call(store.list_conversations(order="updated")),
+        await call(store.list_conversations(where={"user_id": "u1"})),
+        await call(store.list_conversations(where={"user_id": None}, parent_id=None)),
+        await call(store.list_conversations(parent_id="src")),
+    ]
+    for listing in listings:
+        for conv in listing:
+            assert conv == expected[ids.index(conv.id)], conv.id
+            assert conv.created_at.tzinfo is timezone.utc
+    assert _ids(listings[1]) == ["meta", "plain"]
+    assert _ids(listings[3]) == ["kid", "meta"]
+    assert _ids(listings[4]) == ["plain", "src"]
+    assert _ids(listings[5]) == ["kid"]
+    assert listings[0][2].expires_at == when
+    assert await call(store.count_conversations(where={"user_id": "u1"})) == 2
+    assert await call(store.count_conversations(where={"user_id": "u1"}, parent_id="src")) == 1
+    moment = expected[0].updated_at
+    assert await call(store.count_conversations(updated_after=moment - timedelta(days=1),
+                                                updated_before=moment + timedelta(days=1))) == 4
+
+
 async def test_updated_bounds_must_be_aware(store: Any) -> None:
     await call(store.append("a", Message.user("x")))
     assert _ids(await call(store.list_conversations(

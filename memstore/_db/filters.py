@@ -18,12 +18,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, exists, select, true
+from sqlalchemy import ColumnElement, String, and_, bindparam, exists, select, true
 
 from memstore._db.schema import conversation_keys, conversations
 from memstore._validate import WhereValue
 
-__all__ = ["conversation_filter", "kind_and_text"]
+__all__ = ["conversation_filter", "filter_params", "filter_shape", "kind_and_text", "shaped_filter"]
 
 K = conversation_keys.c
 
@@ -35,6 +35,57 @@ def kind_and_text(value: str | int | bool) -> tuple[str, str]:
     if isinstance(value, int):
         return "int", str(value)
     return "text", value
+
+
+def filter_shape(where: Mapping[str, WhereValue] | None) -> tuple[bool, ...]:
+    """What a filter's SQL depends on: per key, whether it tests for ``None``.
+
+    Filters of one shape share one statement; their keys and values are parameters
+    (`filter_params()`), so a precompiled statement serves them all.
+    """
+    return tuple(value is None for value in (where or {}).values())
+
+
+def filter_params(where: Mapping[str, WhereValue] | None) -> dict[str, Any]:
+    """The values of `shaped_filter()`'s parameters for ``where``."""
+    out: dict[str, Any] = {}
+    for i, (key, value) in enumerate((where or {}).items()):
+        out[f"where_key_{i}"] = key
+        if value is not None:
+            out[f"where_kind_{i}"], out[f"where_value_{i}"] = kind_and_text(value)
+    return out
+
+
+def shaped_filter(shape: tuple[bool, ...], column: Any = None,
+                  values: Mapping[str, Any] | None = None) -> ColumnElement[bool]:
+    """The condition of every filter of ``shape``, its keys and values bound by name.
+
+    Args:
+        shape: a `filter_shape()`.
+        column: the column holding the conversation id to test (default
+            ``memstore_conversations.id``).
+        values: the parameters' values (`filter_params()`), or ``None`` for a
+            statement to compile once and run with them later.
+    """
+    def bind(name: str) -> Any:
+        if values is None:
+            return bindparam(name, type_=String())
+        return bindparam(name, values[name], type_=String())
+
+    column = conversations.c.id if column is None else column
+    conditions: list[ColumnElement[bool]] = []
+    for i, is_none in enumerate(shape):
+        key = bind(f"where_key_{i}")
+        if is_none:
+            present = exists().where(K.conversation_id == column, K.key == key,
+                                     K.kind != "null")
+            conditions.append(~present)
+        else:
+            conditions.append(column.in_(
+                select(K.conversation_id).where(
+                    K.key == key, K.kind == bind(f"where_kind_{i}"),
+                    K.value == bind(f"where_value_{i}"))))
+    return and_(true(), *conditions)
 
 
 def conversation_filter(
@@ -49,16 +100,4 @@ def conversation_filter(
             ``memstore_conversations.id``; a message query passes its
             ``conversation_id``).
     """
-    column = conversations.c.id if id_column is None else id_column
-    conditions: list[ColumnElement[bool]] = []
-    for key, value in (where or {}).items():
-        if value is None:
-            present = exists().where(K.conversation_id == column, K.key == key,
-                                     K.kind != "null")
-            conditions.append(~present)
-        else:
-            kind, text_ = kind_and_text(value)
-            conditions.append(column.in_(
-                select(K.conversation_id).where(K.key == key, K.kind == kind,
-                                                K.value == text_)))
-    return and_(true(), *conditions)
+    return shaped_filter(filter_shape(where), id_column, filter_params(where))

@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sqlalchemy import Connection, Row
 from sqlalchemy import exc as sa_exc
+from sqlalchemy.util import await_only
 
 from memstore._db.readonly import EMPTY, ReadOnlyList, freeze
 from memstore.models import (
@@ -287,6 +288,60 @@ def to_conversation(row: Row[Any]) -> Conversation:
         "forked_at_seq": None if m.get("forked_at_seq") is None else int(m["forked_at_seq"]),
     })
 
+
+
+def conversation_from_raw(row: Sequence[Any], dialect: str) -> Conversation:
+    """A Conversation from a row of ``LISTING_COLUMNS``, as the driver returned it.
+
+    See `decode_raw()`: SQLite's JSON text and naive UTC text, or psycopg's decoded
+    values (``LISTING_COLUMNS`` is in ``memstore._db.lifecycle``).
+    """
+    (cid, created_at, updated_at, meta, first, last, tokens, expires_at, parent,
+     forked) = row
+    if dialect == "sqlite":
+        created_at, updated_at = sqlite_time(created_at), sqlite_time(updated_at)
+        if expires_at is not None:
+            expires_at = sqlite_time(expires_at)
+        if meta is not None:
+            meta = json.loads(meta)
+    else:
+        created_at, updated_at = as_utc(created_at), as_utc(updated_at)
+        if expires_at is not None:
+            expires_at = as_utc(expires_at)
+    return build_trusted(Conversation, {
+        "id": cid, "created_at": created_at, "updated_at": updated_at,
+        "metadata": meta if meta is not None else {},
+        "message_count": int(last) - int(first) + 1, "token_count": int(tokens),
+        "expires_at": expires_at, "parent_id": parent,
+        "forked_at_seq": None if forked is None else int(forked),
+    })
+
+
+def fetch_raw(conn: Connection, sql: str, params: Any) -> Sequence[Any]:
+    """Run precompiled ``sql`` on the DBAPI cursor of ``conn``; all its rows, undecoded.
+
+    Inside the caller's transaction if one is open, else autocommitting. Going
+    around SQLAlchemy's result objects matters for short reads: for textual SQL they
+    build column metadata on every execution, which costs more than the query. A
+    driver error comes out wrapped as SQLAlchemy would wrap it.
+    """
+    dialect = conn.dialect
+    try:
+        if dialect.driver == "aiosqlite":
+            # aiosqlite runs each driver call in its own thread: one call, not four.
+            rows: Sequence[Any] = await_only(
+                conn.connection.driver_connection.execute_fetchall(sql, params))  # type: ignore[union-attr]
+            return rows
+        dbapi = conn.connection.dbapi_connection
+        assert dbapi is not None
+        cursor = dbapi.cursor()
+        try:
+            cursor.execute(sql, params)
+            return cursor.fetchall()
+        finally:
+            cursor.close()
+    except dialect.loaded_dbapi.Error as exc:
+        raise driver_error(conn, exc, sql, params) from exc
 
 
 def driver_error(conn: Connection, exc: Exception, statement: str, params: Any) -> Exception:
