@@ -123,6 +123,7 @@ REVISIONS: tuple[str, ...] = (
     "0004_recount_changed_rules",
     "0005",
     "0006_lifecycle",
+    "0007_search_fork_copies",
 )
 
 

@@ -283,6 +283,36 @@ async def test_a_fork_reads_as_the_source_truncated_at_its_seq(store: Any) -> No
     assert child.metadata == {"user_id": "u1"} and child.id != "src"
 
 
+async def test_a_fork_is_searchable_as_the_source_up_to_its_seq(store: Any) -> None:
+    """The fork's index rows (copied on PostgreSQL, indexed on SQLite) find what the
+    source's find, up to ``at_seq``, with the same ranks and snippets."""
+    words = ["alpha", "beta", "gamma", "delta", "alpha beta", "gamma alpha"]
+    await call(store.extend("src", [Message.user(f"{w} shared") for w in words]))
+    await call(store.append("src", Message.assistant(tool_calls=[
+        ToolCall(id="c1", name="lookup_alpha", arguments='{"q": "beta"}')])))
+    await call(store.append("src", Message(role="tool", content="gamma result",
+                                           tool_call_id="c1")))
+    await call(store.fork("src", "kid", at_seq=4))
+    await call(store.fork("src", "all"))
+    for word in ["alpha", "beta", "gamma", "shared", "lookup", "result", "alpha -beta"]:
+        source = await call(store.search(word, conversation_id="src", limit=50))
+        for kid, at in (("kid", 4), ("all", 8)):
+            got = await call(store.search(word, conversation_id=kid, limit=50))
+            want = [h for h in source if h.message.seq <= at]
+            assert [(h.message.seq, h.snippet) for h in got] == [
+                (h.message.seq, h.snippet) for h in want], (word, kid)
+            assert [h.rank for h in got] == pytest.approx([h.rank for h in want]), (word, kid)
+    # the copy leaves the index's trigger on: what is written next is indexed
+    await call(store.append("kid", Message.user("epsilon after the fork")))
+    await call(store.extend("kid", [Message.user("zeta one"), Message.user("zeta two")]))
+    assert [h.message.seq for h in await call(store.search("epsilon"))] == [5]
+    assert sorted(h.message.seq for h in await call(store.search("zeta"))) == [6, 7]
+    everything = await call(store.search("shared", limit=100))
+    assert sorted((h.conversation_id, h.message.seq) for h in everything) == sorted(
+        [("src", i) for i in range(1, 7)] + [("kid", i) for i in range(1, 5)]
+        + [("all", i) for i in range(1, 7)])
+
+
 async def test_fork_refuses_what_would_split_a_unit_or_does_not_exist(store: Any) -> None:
     await call(store.extend("src", _chat()))
     source = await call(store.messages("src"))
@@ -711,6 +741,57 @@ def test_0006_indexes_existing_metadata_and_goes_down_and_up_keeping_messages(
         assert [m.content for m in store.messages("a")] == ["kept through the downgrade"]
         assert _ids(store.list_conversations(where={"user_id": "u2"})) == ["b"]
         assert store.get_conversation("b").expires_at is None  # the column went and came back
+    finally:
+        store.close()
+
+
+def test_0007_lets_forks_copy_index_rows_and_goes_down_and_up(empty_db_url: str) -> None:
+    from memstore import migrate
+
+    def insert_function() -> str | None:
+        engine = create_engine(empty_db_url)
+        try:
+            with engine.connect() as conn:
+                if conn.dialect.name != "postgresql":
+                    return None
+                return str(conn.execute(text(
+                    "SELECT prosrc FROM pg_proc WHERE proname = 'memstore_search_insert'")
+                ).scalar_one())
+        finally:
+            engine.dispose()
+
+    migrate.upgrade(empty_db_url, "0006_lifecycle")
+    before = insert_function()
+    migrate.upgrade(empty_db_url)
+    after = insert_function()
+    if before is not None:
+        assert "memstore.search_copying" not in before and "memstore.search_copying" in after
+    store = MemoryStore(empty_db_url, counter=FixedCounter(), migrate="check")
+    try:
+        store.extend("src", [Message.user("kestrel one"), Message.user("kestrel two")])
+        store.fork("src", "kid")
+        assert sorted((h.conversation_id, h.message.seq) for h in store.search("kestrel")) == [
+            ("kid", 1), ("kid", 2), ("src", 1), ("src", 2)]
+    finally:
+        store.close()
+    migrate.downgrade(empty_db_url, "0006_lifecycle")
+    assert insert_function() == before
+    engine = create_engine(empty_db_url)
+    with engine.begin() as conn:  # 0006's trigger indexes every insert, as it did
+        conn.execute(text(
+            "INSERT INTO memstore_messages (conversation_id, seq, message_id, role, "
+            "content_text, score, pinned, anchored, token_count, token_counter, created_at) "
+            "SELECT 'kid', 3, 'm-new', 'user', 'kestrel three', 1.0, false, false, 3, "
+            "token_counter, created_at FROM memstore_messages WHERE conversation_id = 'kid' "
+            "AND seq = 1"))
+        conn.execute(text("UPDATE memstore_conversations SET last_seq = 3 WHERE id = 'kid'"))
+    engine.dispose()
+    migrate.upgrade(empty_db_url)
+    assert insert_function() == after
+    store = MemoryStore(empty_db_url, counter=FixedCounter(), migrate="check")
+    try:
+        assert sorted(h.message.seq for h in store.search("kestrel", conversation_id="kid")) == [
+            1, 2, 3]
     finally:
         store.close()
 

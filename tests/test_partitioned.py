@@ -227,11 +227,11 @@ def test_a_downgrade_that_would_leave_the_layout_half_plain_is_refused(postgres:
     next upgrade created it unpartitioned while `db check` passed."""
     url = postgres.create_database("memstore_part_down")
     migrate.create_partitioned(url, 2)
-    for target in ("0005", "0003_summaries", "0002_conversation_epoch", "0001_initial", "-1"):
+    for target in ("0005", "0003_summaries", "0002_conversation_epoch", "0001_initial", "-2"):
         with pytest.raises(ConfigurationError, match="partitioned layout"):
             migrate.downgrade(url, target)
     assert migrate.is_current(url)
-    migrate.downgrade(url, "0006_lifecycle")  # keeps every table: allowed (a no-op here)
+    migrate.downgrade(url, "0006_lifecycle")  # keeps every table: allowed
     migrate.upgrade(url)
     migrate.downgrade(url, "base")  # drops every table: allowed
     migrate.create_partitioned(url, 2)

@@ -29,6 +29,7 @@ from sqlalchemy import (
     update,
 )
 
+from memstore._db import search as _search
 from memstore._db.filters import conversation_filter, filter_params, filter_shape, shaped_filter
 from memstore._db.ops import conversation_row, delete_contents
 from memstore._db.rows import conversation_from_raw, fetch_raw, to_conversation, utcnow
@@ -211,7 +212,9 @@ def fork(conn: Connection, source: str, new_id: str, at_seq: int | None,
 
     One ``INSERT ... SELECT`` per table: the messages keep their seqs, ids, timestamps,
     scores, pins and stored token counts (nothing is decoded or re-tokenised here),
-    and the summaries whose range ends at or before ``at_seq`` come along. The source
+    and the summaries whose range ends at or before ``at_seq`` come along. On
+    PostgreSQL the search index's rows are copied as well (its insert trigger skips
+    the copied messages: migration 0007); SQLite's FTS5 indexes them as it inserts. The source
     row is locked (``FOR UPDATE`` on PostgreSQL; SQLite's write transaction holds the
     database), so the copy is one consistent state of it.
     """
@@ -244,7 +247,14 @@ def fork(conn: Connection, source: str, new_id: str, at_seq: int | None,
     names = [c.name for c in messages.columns if c.name != "conversation_id"]
     copied = select(literal(new_id, String(255)), *[M[n] for n in names]).where(
         M.conversation_id == source, M.seq <= at)
+    # PostgreSQL: the copied messages' index rows are copied too, not parsed again.
+    copy_index = conn.dialect.name == "postgresql" and _search.index_exists(conn)
+    if copy_index:
+        _search.copying(conn, True)
     conn.execute(insert(messages).from_select(["conversation_id", *names], copied))
+    if copy_index:
+        _search.copying(conn, False)
+        _search.copy_index_rows(conn, source, new_id, at)
     snames = [c.name for c in summaries.columns if c.name != "conversation_id"]
     scopied = select(literal(new_id, String(255)), *[S[n] for n in snames]).where(
         S.conversation_id == source, S.last_seq <= at)

@@ -279,10 +279,49 @@ def _upsert(source: str) -> str:
     )
 
 
-def _pg_triggers() -> list[str]:
+#: PostgreSQL: while this setting is ``on`` (transaction-local), inserted messages are
+#: not indexed by the insert trigger: a fork copies the source's index rows instead
+#: (`copy_index_rows`), so nothing is parsed twice.
+COPYING = "memstore.search_copying"
+
+
+def insert_function(*, copies: bool = True) -> str:
+    """``CREATE OR REPLACE`` of the insert trigger's function.
+
+    Args:
+        copies: whether it skips rows inserted while `COPYING` is on (migration 0007;
+            ``False`` gives 0005's function, for 0007's downgrade).
+    """
+    upsert = f"{_upsert('memstore_search_new AS n')};"
+    if copies:
+        upsert = (f"IF coalesce(current_setting('{COPYING}', true), '') <> 'on' THEN "
+                  f"{upsert} END IF;")
+    return ("CREATE OR REPLACE FUNCTION memstore_search_insert() RETURNS trigger "
+            f"LANGUAGE plpgsql AS $$ BEGIN {upsert} RETURN NULL; END $$")
+
+
+def copying(conn: Connection, on: bool) -> None:
+    """Switch `COPYING` for the rest of the transaction (PostgreSQL)."""
+    conn.exec_driver_sql(f"SELECT set_config('{COPYING}', %(on)s, true)",
+                         {"on": "on" if on else "off"})
+
+
+def copy_index_rows(conn: Connection, source: str, target: str, last: int) -> None:
+    """Copy ``source``'s index rows up to seq ``last`` to ``target`` (PostgreSQL).
+
+    For a fork, whose messages were inserted while `COPYING` was on: the documents
+    are copied as stored, not parsed again.
+    """
+    conn.exec_driver_sql(
+        f"INSERT INTO {INDEX} (conversation_id, seq, role, created_at, document) "
+        f"SELECT %(target)s, seq, role, created_at, document FROM {INDEX} "
+        "WHERE conversation_id = %(source)s AND seq <= %(last)s",
+        {"target": target, "source": source, "last": last})
+
+
+def _pg_triggers(copies: bool = True) -> list[str]:
     return [
-        "CREATE FUNCTION memstore_search_insert() RETURNS trigger LANGUAGE plpgsql AS $$ "
-        f"BEGIN {_upsert('memstore_search_new AS n')}; RETURN NULL; END $$",
+        insert_function(copies=copies),
         "CREATE FUNCTION memstore_search_delete() RETURNS trigger LANGUAGE plpgsql AS $$ "
         f"BEGIN DELETE FROM {INDEX} AS s USING memstore_search_old AS o "
         "WHERE s.conversation_id = o.conversation_id AND s.seq = o.seq; RETURN NULL; END $$",
@@ -311,7 +350,8 @@ PG_INDEX = f"CREATE INDEX ix_{INDEX}_document ON {INDEX} USING gin (document)"
 
 
 def postgresql_ddl(language: Language = "simple", *, utf8: bool = True,
-                   partitions: int | None = None, index: bool = True) -> list[str]:
+                   partitions: int | None = None, index: bool = True,
+                   copies: bool = True) -> list[str]:
     """The statements creating PostgreSQL's index (empty; `backfill` fills it).
 
     Args:
@@ -320,6 +360,8 @@ def postgresql_ddl(language: Language = "simple", *, utf8: bool = True,
         partitions: hash-partition the table by conversation id into this many
             partitions named ``fts_memstore_messages_p<i>`` (the partitioned layout).
         index: include the GIN index (a backfill creates it after filling the table).
+        copies: the insert trigger skips rows a fork copies (revision 0007's; ``False``
+            gives revision 0005's trigger).
     """
     from sqlalchemy.dialects import postgresql
     from sqlalchemy.schema import CreateTable
@@ -336,7 +378,7 @@ def postgresql_ddl(language: Language = "simple", *, utf8: bool = True,
             f"FOR VALUES WITH (MODULUS {partitions}, REMAINDER {i})" for i in range(partitions))
     if index:
         statements.append(PG_INDEX)
-    statements.extend(_pg_triggers())
+    statements.extend(_pg_triggers(copies))
     return statements
 
 
@@ -419,7 +461,7 @@ def _partitions(conn: Connection) -> int | None:
 
 
 def create_index(conn: Connection, language: str | None = None, *,
-                 progress: Progress | None = None) -> bool:
+                 progress: Progress | None = None, copies: bool = True) -> bool:
     """Create the search index and fill it from the stored messages (one transaction).
 
     Runs inside the caller's transaction (migration 0005, a rebuild). Messages are
@@ -427,6 +469,9 @@ def create_index(conn: Connection, language: str | None = None, *,
     are; ``progress`` hears of each batch. On PostgreSQL the triggers are created
     first: their lock holds other writers of ``memstore_messages`` until the
     transaction commits, so no message escapes the index.
+
+    ``copies=False`` creates the insert trigger as revision 0005 did (revision 0007
+    makes it skip the rows a fork copies with their index rows).
 
     Returns:
         ``False`` when nothing was created: SQLite without FTS5 (search then says so).
@@ -444,7 +489,7 @@ def create_index(conn: Connection, language: str | None = None, *,
         return True
     utf8 = str(conn.exec_driver_sql("SHOW server_encoding").scalar()).upper() in ("UTF8", "UTF-8")
     for statement in postgresql_ddl(chosen, utf8=utf8, partitions=_partitions(conn),
-                                    index=False):
+                                    index=False, copies=copies):
         conn.exec_driver_sql(statement)
     _backfill(conn, progress)
     conn.exec_driver_sql(PG_INDEX)  # built once, after the rows: faster than row by row

@@ -49,7 +49,8 @@ def upgrade() -> None:
     if context.is_offline_mode():
         _offline()
         return
-    _search.create_index(op.get_bind(), progress=_search.terminal_progress())
+    # copies=False: the insert trigger as this revision made it (0007 changes it)
+    _search.create_index(op.get_bind(), progress=_search.terminal_progress(), copies=False)
 
 
 def downgrade() -> None:
@@ -70,7 +71,7 @@ def _offline() -> None:
             op.execute(statement)
         op.execute(f"INSERT INTO {_search.INDEX}({_search.INDEX}) VALUES ('rebuild')")
         return
-    for statement in _search.postgresql_ddl(language, index=False):
+    for statement in _search.postgresql_ddl(language, index=False, copies=False):
         op.execute(statement)
     op.execute(_search.backfill_sql())
     op.execute(_search.PG_INDEX)
