@@ -745,15 +745,18 @@ def test_0006_indexes_existing_metadata_and_goes_down_and_up_keeping_messages(
         store.close()
 
 
-def test_0007_lets_forks_copy_index_rows_and_goes_down_and_up(empty_db_url: str) -> None:
+def test_0007_changes_the_index_triggers_and_goes_down_and_up(empty_db_url: str) -> None:
     from memstore import migrate
 
-    def insert_function() -> str | None:
+    def insert_function() -> str:
+        """PostgreSQL: the insert trigger's function; SQLite: the triggers' names."""
         engine = create_engine(empty_db_url)
         try:
             with engine.connect() as conn:
                 if conn.dialect.name != "postgresql":
-                    return None
+                    return " ".join(sorted(conn.execute(text(
+                        "SELECT name FROM sqlite_master WHERE type = 'trigger' "
+                        "AND name LIKE 'memstore_search%'")).scalars()))
                 return str(conn.execute(text(
                     "SELECT prosrc FROM pg_proc WHERE proname = 'memstore_search_insert'")
                 ).scalar_one())
@@ -764,8 +767,14 @@ def test_0007_lets_forks_copy_index_rows_and_goes_down_and_up(empty_db_url: str)
     before = insert_function()
     migrate.upgrade(empty_db_url)
     after = insert_function()
-    if before is not None:
+    if empty_db_url.startswith("postgresql"):
         assert "memstore.search_copying" not in before and "memstore.search_copying" in after
+    else:
+        assert before == ("memstore_search_delete memstore_search_insert "
+                          "memstore_search_update")
+        assert after == ("memstore_search_delete memstore_search_delete_parts "
+                         "memstore_search_insert memstore_search_insert_parts "
+                         "memstore_search_update")
     store = MemoryStore(empty_db_url, counter=FixedCounter(), migrate="check")
     try:
         store.extend("src", [Message.user("kestrel one"), Message.user("kestrel two")])

@@ -132,11 +132,56 @@ def _tokenizer(language: Language) -> str:
     return f"porter {base}" if language == "english" else base
 
 
-def sqlite_ddl(language: Language = "simple") -> list[str]:
-    """The statements creating SQLite's index (empty; `backfill` fills it)."""
-    insert = (f"INSERT INTO {INDEX}(rowid, body) VALUES (NEW.rowid, {_sqlite_text('NEW')});")
-    delete = (f"INSERT INTO {INDEX}({INDEX}, rowid, body) VALUES "
-              f"('delete', OLD.rowid, {_sqlite_text('OLD')});")
+#: A message with no parts and no tool calls: its searchable text is its ``content_text``.
+_PLAIN = "{row}.content_parts IS NULL AND {row}.tool_calls IS NULL"
+
+
+def sqlite_triggers(*, split: bool = True) -> list[str]:
+    """SQLite's triggers keeping the index in step with ``memstore_messages``.
+
+    Args:
+        split: revision 0007's triggers: inserts and deletes of plain messages (no
+            parts, no tool calls, most of them) index ``content_text`` directly, and a
+            second trigger of each takes the others through the JSON functions.
+            ``False`` gives revision 0005's (one trigger each, the expression for all).
+    """
+    def add(row: str, body: str) -> str:
+        return f"INSERT INTO {INDEX}(rowid, body) VALUES ({row}.rowid, {body});"
+
+    def remove(row: str, body: str) -> str:
+        return f"INSERT INTO {INDEX}({INDEX}, rowid, body) VALUES ('delete', {row}.rowid, {body});"
+
+    update = (f"CREATE TRIGGER memstore_search_update AFTER UPDATE OF content_text, "
+              f"content_parts, tool_calls ON memstore_messages BEGIN "
+              f"{remove('OLD', _sqlite_text('OLD'))} {add('NEW', _sqlite_text('NEW'))} END")
+    if not split:
+        return [
+            f"CREATE TRIGGER memstore_search_insert AFTER INSERT ON memstore_messages "
+            f"BEGIN {add('NEW', _sqlite_text('NEW'))} END",
+            f"CREATE TRIGGER memstore_search_delete AFTER DELETE ON memstore_messages "
+            f"BEGIN {remove('OLD', _sqlite_text('OLD'))} END",
+            update,
+        ]
+    out = []
+    for name, event, row, action in (("insert", "INSERT", "NEW", add),
+                                     ("delete", "DELETE", "OLD", remove)):
+        plain = _PLAIN.format(row=row)
+        out.append(
+            f"CREATE TRIGGER memstore_search_{name} AFTER {event} ON memstore_messages "
+            f"WHEN {plain} BEGIN "
+            f"{action(row, f'substr({row}.content_text, 1, {MAX_INDEXED_CHARS})')} END")
+        out.append(
+            f"CREATE TRIGGER memstore_search_{name}_parts AFTER {event} ON memstore_messages "
+            f"WHEN NOT ({plain}) BEGIN {action(row, _sqlite_text(row))} END")
+    out.append(update)
+    return out
+
+
+def sqlite_ddl(language: Language = "simple", *, split: bool = True) -> list[str]:
+    """The statements creating SQLite's index (empty; `backfill` fills it).
+
+    ``split``: see `sqlite_triggers` (``False``: revision 0005's triggers).
+    """
     return [
         f"CREATE VIEW {SOURCE} (id, body) AS SELECT m.rowid, {_sqlite_text('m')} "
         "FROM memstore_messages AS m",
@@ -144,19 +189,22 @@ def sqlite_ddl(language: Language = "simple") -> list[str]:
         f"content_rowid='id', tokenize='{_tokenizer(language)}')",
         # Document frequencies, for ranking a scoped search (`_bm25`).
         f"CREATE VIRTUAL TABLE {VOCABULARY} USING fts5vocab({INDEX}, 'row')",
-        f"CREATE TRIGGER memstore_search_insert AFTER INSERT ON memstore_messages "
-        f"BEGIN {insert} END",
-        f"CREATE TRIGGER memstore_search_delete AFTER DELETE ON memstore_messages "
-        f"BEGIN {delete} END",
-        "CREATE TRIGGER memstore_search_update AFTER UPDATE OF content_text, content_parts, "
-        f"tool_calls ON memstore_messages BEGIN {delete} {insert} END",
+        *sqlite_triggers(split=split),
     ]
 
 
-SQLITE_DROP = [
+#: Every trigger either revision created on SQLite.
+SQLITE_DROP_TRIGGERS = [
     "DROP TRIGGER IF EXISTS memstore_search_insert",
+    "DROP TRIGGER IF EXISTS memstore_search_insert_parts",
     "DROP TRIGGER IF EXISTS memstore_search_delete",
+    "DROP TRIGGER IF EXISTS memstore_search_delete_parts",
     "DROP TRIGGER IF EXISTS memstore_search_update",
+]
+
+
+SQLITE_DROP = [
+    *SQLITE_DROP_TRIGGERS,
     f"DROP TABLE IF EXISTS {VOCABULARY}",
     f"DROP TABLE IF EXISTS {INDEX}",
     f"DROP VIEW IF EXISTS {SOURCE}",
@@ -461,7 +509,7 @@ def _partitions(conn: Connection) -> int | None:
 
 
 def create_index(conn: Connection, language: str | None = None, *,
-                 progress: Progress | None = None, copies: bool = True) -> bool:
+                 progress: Progress | None = None, current: bool = True) -> bool:
     """Create the search index and fill it from the stored messages (one transaction).
 
     Runs inside the caller's transaction (migration 0005, a rebuild). Messages are
@@ -470,8 +518,9 @@ def create_index(conn: Connection, language: str | None = None, *,
     first: their lock holds other writers of ``memstore_messages`` until the
     transaction commits, so no message escapes the index.
 
-    ``copies=False`` creates the insert trigger as revision 0005 did (revision 0007
-    makes it skip the rows a fork copies with their index rows).
+    ``current=False`` creates the triggers as revision 0005 did (revision 0007 splits
+    SQLite's by the kind of message and makes PostgreSQL's insert trigger skip the
+    rows a fork copies with their index rows).
 
     Returns:
         ``False`` when nothing was created: SQLite without FTS5 (search then says so).
@@ -483,13 +532,13 @@ def create_index(conn: Connection, language: str | None = None, *,
                         "was not created (search will say how to create it)",
                         _sqlite_version(conn))
             return False
-        for statement in sqlite_ddl(chosen):
+        for statement in sqlite_ddl(chosen, split=current):
             conn.exec_driver_sql(statement)
         _backfill(conn, progress)
         return True
     utf8 = str(conn.exec_driver_sql("SHOW server_encoding").scalar()).upper() in ("UTF8", "UTF-8")
     for statement in postgresql_ddl(chosen, utf8=utf8, partitions=_partitions(conn),
-                                    index=False, copies=copies):
+                                    index=False, copies=current):
         conn.exec_driver_sql(statement)
     _backfill(conn, progress)
     conn.exec_driver_sql(PG_INDEX)  # built once, after the rows: faster than row by row

@@ -49,8 +49,8 @@ def upgrade() -> None:
     if context.is_offline_mode():
         _offline()
         return
-    # copies=False: the insert trigger as this revision made it (0007 changes it)
-    _search.create_index(op.get_bind(), progress=_search.terminal_progress(), copies=False)
+    # current=False: the triggers as this revision made them (0007 changes them)
+    _search.create_index(op.get_bind(), progress=_search.terminal_progress(), current=False)
 
 
 def downgrade() -> None:
@@ -67,7 +67,7 @@ def _offline() -> None:
     dialect = context.get_context().dialect.name
     language = _search.configured_language()
     if dialect == "sqlite":
-        for statement in _search.sqlite_ddl(language):
+        for statement in _search.sqlite_ddl(language, split=False):
             op.execute(statement)
         op.execute(f"INSERT INTO {_search.INDEX}({_search.INDEX}) VALUES ('rebuild')")
         return
