@@ -531,7 +531,8 @@ def upgrade_connection(conn: Connection, revision: str = "head") -> None:
 
 
 def upgrade(
-    bind: Bind, revision: str = "head", *, sql: bool = False, output: TextIO | None = None
+    bind: Bind, revision: str = "head", *, sql: bool = False, output: TextIO | None = None,
+    search_language: str | None = None,
 ) -> str | None:
     """Upgrade the database to ``revision`` (default: head), in one transaction.
 
@@ -545,25 +546,59 @@ def upgrade(
         sql: do not touch the database; return the DDL a DBA would run instead
             (``bind`` must then be a URL or Engine, used for its dialect only).
         output: where to write the DDL in ``sql`` mode (default: returned as a string).
+        search_language: the search index's configuration when this upgrade creates
+            it (revision 0005): ``"simple"`` (any language, no stemming) or
+            ``"english"`` (English stemming and stop words); default
+            ``$MEMSTORE_SEARCH_LANGUAGE``, else ``"simple"``. A database whose index
+            already exists with the other configuration is refused (rebuild the index
+            to change it: `memstore search --rebuild-index --language ...`).
 
     Returns:
         The DDL text in ``sql`` mode, else ``None``.
 
     Raises:
         InvalidInputError: ``revision`` names no revision of memstore's, or walks past
-            base or head (nothing was written).
+            base or head, or ``search_language`` is neither configuration or differs
+            from the existing index's (nothing was written).
     """
+    from memstore._db import search as _search
+
+    _check_search_language(search_language)
     if check_flag(sql, "sql"):
         _check_output(output)
         begin, end = _offline_range(revision, "upgrade")
-        return _offline(bind, f"{_name(begin)}:{_name(end)}", "upgrade", output)
+        with _search.language_for_new_index(search_language):
+            return _offline(bind, f"{_name(begin)}:{_name(end)}", "upgrade", output)
     target = _Revision(revision, "upgrade")
     _check_bind(bind)
     if _missing_sqlite_file(bind, create=True) and target.resolve(0) == 0:
         return None  # a new database stays at base: create no file for it
     with migration_turn(), _connection(bind, write=True) as conn:
-        upgrade_connection(conn, revision)
+        if search_language is not None and _search.index_exists(conn):
+            _refuse_other_language(conn, search_language)
+        with _search.language_for_new_index(search_language):
+            upgrade_connection(conn, revision)
     return None
+
+
+def _check_search_language(language: object) -> None:
+    from memstore.search import LANGUAGES
+
+    if language is not None and language not in LANGUAGES:
+        raise InvalidInputError(
+            f"search_language must be one of {', '.join(map(repr, LANGUAGES))} "
+            f"(or None), got {short_repr(language)}")
+
+
+def _refuse_other_language(conn: Connection, language: str) -> None:
+    from memstore._db import search as _search
+
+    existing = _search.index_language(conn)
+    if existing != language:
+        raise InvalidInputError(
+            f"this database's search index is already {existing!r}: the search language "
+            "is chosen when revision 0005 creates the index. To change it, rebuild the "
+            f"index: `memstore search --rebuild-index --language {language}`")
 
 
 def downgrade(
@@ -654,7 +689,7 @@ PARTITION_KEYS = {
 }
 
 
-def partitioned_ddl(partitions: int = 8) -> list[str]:
+def partitioned_ddl(partitions: int = 8, search_language: str | None = None) -> list[str]:
     """The DDL of memstore's tables hash-partitioned by conversation id (PostgreSQL).
 
     Built from the same table definitions as the migrations (``memstore._db.schema``, which
@@ -667,6 +702,7 @@ def partitioned_ddl(partitions: int = 8) -> list[str]:
 
     Args:
         partitions: the number of hash partitions (1 to 1024).
+        search_language: the search index's configuration, as in `upgrade()`.
 
     Returns:
         The statements, in order.
@@ -711,7 +747,7 @@ def partitioned_ddl(partitions: int = 8) -> list[str]:
     # one conversation reads one partition. Its configuration: $MEMSTORE_SEARCH_LANGUAGE.
     from memstore._db import search as _search
 
-    statements.extend(_search.postgresql_ddl(_search.configured_language(),
+    statements.extend(_search.postgresql_ddl(_search.configured_language(search_language),
                                              partitions=partitions))
     (head,) = heads()
     statements += [
@@ -723,7 +759,8 @@ def partitioned_ddl(partitions: int = 8) -> list[str]:
 
 
 def create_partitioned(
-    bind: Bind, partitions: int = 8, *, sql: bool = False, output: TextIO | None = None
+    bind: Bind, partitions: int = 8, *, sql: bool = False, output: TextIO | None = None,
+    search_language: str | None = None,
 ) -> str | None:
     """Create memstore's tables hash-partitioned by conversation id, in one transaction.
 
@@ -737,6 +774,7 @@ def create_partitioned(
         partitions: the number of hash partitions (default 8).
         sql: do not touch the database; return the DDL (``;``-terminated) for a DBA.
         output: where to write the DDL in ``sql`` mode (default: returned as a string).
+        search_language: the search index's configuration, as in `upgrade()`.
 
     Returns:
         The DDL text in ``sql`` mode, else ``None``.
@@ -744,8 +782,10 @@ def create_partitioned(
     Raises:
         ConfigurationError: not PostgreSQL, an invalid ``partitions``, or memstore's
             tables already exist.
+        InvalidInputError: ``search_language`` is neither configuration.
     """
-    statements = partitioned_ddl(partitions)
+    _check_search_language(search_language)
+    statements = partitioned_ddl(partitions, search_language)
     if check_flag(sql, "sql"):
         text_ = "BEGIN;\n\n" + "".join(f"{statement};\n\n" for statement in statements)
         text_ += "COMMIT;\n"

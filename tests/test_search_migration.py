@@ -249,3 +249,49 @@ def test_an_older_partitioned_layout_gets_a_partitioned_index(postgres: Any) -> 
         rows = conn.exec_driver_sql(f"SELECT count(*) FROM {_search.INDEX}").scalar()
     engine.dispose()
     assert (parts, rows) == (4, 45)
+
+
+def test_the_search_language_is_an_argument_of_the_upgrade(
+        empty_db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from memstore.errors import InvalidInputError
+
+    monkeypatch.setenv(_search.LANGUAGE_VARIABLE, "simple")  # the argument wins
+    with pytest.raises(InvalidInputError, match="search_language must be one of"):
+        migrate.upgrade(empty_db_url, search_language="klingon")
+    assert migrate.current(empty_db_url) == ()  # nothing was written
+    migrate.upgrade(empty_db_url, search_language="english")
+    engine = create_engine(empty_db_url)
+    try:
+        with engine.connect() as conn:
+            assert _search.index_language(conn) == "english"
+    finally:
+        engine.dispose()
+    migrate.upgrade(empty_db_url, search_language="english")  # the same: nothing to do
+    with pytest.raises(InvalidInputError, match="already 'english'.*--rebuild-index"):
+        migrate.upgrade(empty_db_url, search_language="simple")
+    with MemoryStore(empty_db_url, counter=FixedCounter()) as store:
+        store.append("c", Message.user("The runner was running"))
+        assert [h.seq for h in store.search("run")] == [1]
+
+
+def test_the_cli_upgrade_takes_the_search_language(tmp_path: Any, capsys: Any) -> None:
+    from memstore.cli import main
+
+    url = f"sqlite:///{tmp_path / 'lang.db'}"
+    assert main(["db", "upgrade", "--url", url, "--search-language", "english"]) == 0
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            assert _search.index_language(conn) == "english"
+    finally:
+        engine.dispose()
+    assert main(["db", "upgrade", "--url", url, "--search-language", "simple"]) != 0
+    err = capsys.readouterr().err
+    assert "already 'english'" in err and "Traceback" not in err
+    ddl = migrate.upgrade("postgresql+psycopg://u@h/d", sql=True, search_language="english")
+    assert ddl is not None and "'english'::regconfig" in ddl
+    ddl = migrate.upgrade("sqlite:///x.db", sql=True, search_language="english")
+    assert ddl is not None and "porter" in ddl
+    partitioned = migrate.create_partitioned("postgresql+psycopg://u@h/d", 2, sql=True,
+                                             search_language="english")
+    assert partitioned is not None and "'english'::regconfig" in partitioned

@@ -28,11 +28,13 @@ computes the same text from a stored row, and folds it as `memstore.search.fold(
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -457,16 +459,33 @@ LANGUAGE_VARIABLE = "MEMSTORE_SEARCH_LANGUAGE"
 Progress = Callable[[int, int], None]
 
 
+#: The language a migration run in this context gives a new index
+#: (``migrate.upgrade(..., search_language=...)``; see `language_for_new_index`).
+_CHOSEN: ContextVar[str | None] = ContextVar("memstore_search_language", default=None)
+
+
 def configured_language(language: str | None = None) -> Language:
     """The configuration a new index gets.
 
-    ``language``, else ``$MEMSTORE_SEARCH_LANGUAGE``, else ``"simple"``.
+    ``language``, else the one a migration was given (`language_for_new_index`),
+    else ``$MEMSTORE_SEARCH_LANGUAGE``, else ``"simple"``.
     """
     import os
 
-    chosen = language if language is not None else (
-        os.environ.get(LANGUAGE_VARIABLE, "").strip() or "simple")
+    chosen = language if language is not None else _CHOSEN.get()
+    if chosen is None:
+        chosen = os.environ.get(LANGUAGE_VARIABLE, "").strip() or "simple"
     return _check_language(chosen)
+
+
+@contextlib.contextmanager
+def language_for_new_index(language: str | None) -> Iterator[None]:
+    """Within the block, an index created by a migration gets ``language`` (if given)."""
+    token = _CHOSEN.set(language)
+    try:
+        yield
+    finally:
+        _CHOSEN.reset(token)
 
 
 def terminal_progress(stream: Any = None) -> Progress | None:

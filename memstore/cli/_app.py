@@ -256,6 +256,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("upgrade", "upgrade the schema (default: to head)", "db_upgrade", dbsub)
     p.add_argument("revision", nargs="?", default="head", help="target revision (default: head)")
     p.add_argument("--sql", action="store_true", help="print the DDL instead of running it")
+    p.add_argument("--search-language", choices=("simple", "english"), default=None,
+                   help="the search index's configuration when this upgrade creates it "
+                   "(revision 0005): simple (any language, no stemming) or english "
+                   "(default: $MEMSTORE_SEARCH_LANGUAGE, else simple)")
     p = command("downgrade", "downgrade the schema ('base' drops memstore's tables)",
                 "db_downgrade", dbsub)
     p.add_argument("revision", help="target revision, or base")
@@ -268,6 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--partitions", type=POSITIVE, default=8, metavar="N",
                    help="hash partitions (default: 8)")
     p.add_argument("--sql", action="store_true", help="print the DDL instead of running it")
+    p.add_argument("--search-language", choices=("simple", "english"), default=None,
+                   help="the search index's configuration: simple or english (default: "
+                   "$MEMSTORE_SEARCH_LANGUAGE, else simple)")
 
     # conversations
     conv = command("conversations", "list, show, update or delete conversations (default: "

@@ -378,9 +378,10 @@ def db_upgrade(args: argparse.Namespace) -> int:
     url = url_of(args)
     migrate.validate_revision(args.revision, "upgrade", sql=args.sql)  # before any database
     if args.sql:
-        migrate.upgrade(url, args.revision, sql=True, output=sys.stdout)
+        migrate.upgrade(url, args.revision, sql=True, output=sys.stdout,
+                        search_language=args.search_language)
         return 0
-    migrate.upgrade(url, args.revision)
+    migrate.upgrade(url, args.revision, search_language=args.search_language)
     at = _schema_at(url)
     line = f"memstore schema at {at}"
     order = migrate.REVISIONS
@@ -429,9 +430,10 @@ def db_create_partitioned(args: argparse.Namespace) -> int:
     """``memstore db create-partitioned``."""
     url = url_of(args)
     if args.sql:
-        migrate.create_partitioned(url, args.partitions, sql=True, output=sys.stdout)
+        migrate.create_partitioned(url, args.partitions, sql=True, output=sys.stdout,
+                                   search_language=args.search_language)
         return 0
-    migrate.create_partitioned(url, args.partitions)
+    migrate.create_partitioned(url, args.partitions, search_language=args.search_language)
     print(f"memstore tables created with {out.counted(args.partitions, 'hash partition')} "
           "each; schema at "
           f"{', '.join(migrate.current(url))}")
