@@ -9,7 +9,10 @@ index, builds the index (the backfill of migration 0005, timed), then measures:
 * two-word queries (two words of one stored message, neither among the 150 commonest),
   ``limit=10``, over all conversations and over one conversation: p50 and p90 of
   ``store.search`` and of a raw floor (hand-written SQL over the same index returning
-  tuples), timed alternately in one process;
+  tuples), timed alternately in one process. Half the conversations are written one at a
+  time, half interleaved (in groups of `INTERLEAVE`, `EXTEND` messages each in turn),
+  as a service with many users writes them: one conversation's search is timed on
+  each half;
 * the anchors' way to search: ``LIKE '%word%'`` (``ILIKE`` on PostgreSQL) over the same
   messages, as the OpenAI Agents SDK's and Letta's stores do;
 * the write cost of the index: a single append and an ``extend`` of 100 on a database
@@ -49,6 +52,12 @@ BEGIN, END = "<!-- BEGIN SEARCH BENCHMARK -->", "<!-- END SEARCH BENCHMARK -->"
 #: Words left out of the vocabulary (the tokenizer's list holds some).
 _BLOCKED = {"fuck", "fucking", "shit", "porn", "sex", "nude", "nigger", "rape", "cock", "dick",
             "pussy", "bitch", "slut", "whore", "cunt", "asshole"}
+
+
+#: The interleaved half of the corpus: conversations written in turn in groups this
+#: large, EXTEND messages at a time.
+INTERLEAVE = 1_000
+EXTEND = 10
 
 
 def vocabulary() -> list[str]:
@@ -312,13 +321,31 @@ def run_db(args: argparse.Namespace, db: str, corpus: Corpus, workdir: Path) -> 
     rng = random.Random(args.seed)
     samples: list[tuple[str, dict[str, Any]]] = []
     started = time.perf_counter()
-    for i in range(conversations):
+    # The first half of the conversations is written one conversation at a time (each
+    # conversation's messages together in the table); the second half is written as
+    # many conversations are in a service, interleaved: groups of INTERLEAVE
+    # conversations each take EXTEND messages in turn, so one conversation's messages
+    # are spread over a range of the table INTERLEAVE times its size.
+    half = conversations // 2
+    for i in range(half):
         messages = corpus.conversation(i, per)
         store.extend(f"conv-{i:06d}", messages)
         if rng.random() < 400 / conversations:
             samples.append((f"conv-{i:06d}", rng.choice(messages)))
         if args.verbose and i % 500 == 0:
             print(f"  {db}: loaded {i * per:,} messages", file=sys.stderr, flush=True)
+    for group in range(half, conversations, INTERLEAVE):
+        members = range(group, min(group + INTERLEAVE, conversations))
+        texts = {i: corpus.conversation(i, per) for i in members}
+        for start in range(0, per, EXTEND):
+            for i in members:
+                store.extend(f"conv-{i:06d}", texts[i][start:start + EXTEND])
+        for i in members:
+            if rng.random() < 400 / conversations:
+                samples.append((f"conv-{i:06d}", rng.choice(texts[i])))
+        if args.verbose:
+            print(f"  {db}: loaded {(group + len(members)) * per:,} messages", file=sys.stderr,
+                  flush=True)
     load = time.perf_counter() - started
     engine = store.engine
     with engine.connect() as conn:
@@ -339,20 +366,27 @@ def run_db(args: argparse.Namespace, db: str, corpus: Corpus, workdir: Path) -> 
             conn.commit()
     total = conversations * per
     queries = [(cid, q) for cid, m in samples if (q := corpus.query(rng, m)) is not None]
-    queries = queries[: args.queries]
+    # as many from each half (one at a time, interleaved) as there are
+    first = [x for x in queries if int(x[0][5:]) < half]
+    second = [x for x in queries if int(x[0][5:]) >= half]
+    queries = [x for pair in itertools.zip_longest(first, second) for x in pair
+               if x is not None][: args.queries]
     out: dict[str, Any] = {
         "db": db, "messages": total, "conversations": conversations,
         "load_s": round(load, 1), "backfill_s": round(backfill, 2),
         "backfill_per_message_us": round(backfill / total * 1e6, 1),
         "index_bytes": size, "index_bytes_per_message": round(size / total, 1),
-        "queries": len(queries),
+        "queries": len(queries), "interleaved_with": min(INTERLEAVE, conversations - half),
     }
     with engine.connect() as conn:
         found_all = [len(store.search(q, limit=10)) for _, q in queries]
         out["hits_per_query_all"] = round(statistics.mean(found_all), 2)
-        for scope in ("all", "one"):
+        interleaved = {f"conv-{i:06d}" for i in range(half, conversations)}
+        for scope in ("all", "one", "spread"):
             pairs = []
             for cid, q in queries:
+                if scope != "all" and (cid in interleaved) != (scope == "spread"):
+                    continue
                 target = None if scope == "all" else cid
                 pairs.append((
                     (lambda q=q, t=target: store.search(q, conversation_id=t, limit=10)),
@@ -371,7 +405,8 @@ def run_db(args: argparse.Namespace, db: str, corpus: Corpus, workdir: Path) -> 
             out[f"{scope}_floor_p50_ms"] = round(_ms(floor, 0.5), 3)
             out[f"{scope}_floor_ratio"] = round(_ms(mem, 0.5) / _ms(floor, 0.5), 2)
             likes = [_like(conn, q, None if scope == "all" else cid)
-                     for cid, q in queries[: args.like_queries]]
+                     for cid, q in queries[: args.like_queries]
+                     if scope == "all" or (cid in interleaved) == (scope == "spread")]
             times = []
             for fn in likes:
                 start = time.perf_counter()
@@ -465,6 +500,11 @@ def table(results: list[dict[str, Any]], command: str) -> str:
     row("one conversation: vs. the raw floor", lambda r: f"{r['one_floor_ratio']}×")
     row("one conversation: `LIKE '%word%'` (anchors)",
         lambda r: f"{r['one_like_p50_ms']} ms, {r['one_like_ratio']}× memstore")
+    among = f"{results[0]['interleaved_with']:,}"
+    row(f"one conversation written among {among}: p50 (p90)",
+        lambda r: f"{r['spread_p50_ms']} ms ({r['spread_p90_ms']} ms)")
+    row(f"one conversation written among {among}: vs. the raw floor",
+        lambda r: f"{r['spread_floor_ratio']}×")
     row("append: with the index / without",
         lambda r: f"{r['append_with_index_us']} / {r['append_without_index_us']} µs "
                   f"({r['append_ratio']}×)")

@@ -53,13 +53,14 @@ from sqlalchemy import (
     or_,
     select,
     text,
+    true,
 )
 from sqlalchemy.dialects.postgresql import TSVECTOR
 from sqlalchemy.sql import Select
 from sqlalchemy.sql.elements import ColumnElement
 
 from memstore._db.filters import conversation_filter
-from memstore._db.rows import decode_raw, to_stored
+from memstore._db.rows import decode_raw, fetch_raw, to_stored
 from memstore._db.schema import UTCDateTime, messages
 from memstore._db.statements import MESSAGE_COLUMNS
 from memstore.errors import ConfigurationError
@@ -767,10 +768,12 @@ _PG_QUERY = "to_tsquery(memstore_search_config(), %(q)s)"
 def _postgresql_sql(scoped: bool) -> str:
     scope = " AND conversation_id = %(cid)s" if scoped else ""
     outer = " AND m.conversation_id = %(cid)s" if scoped else ""
+    # The query is parsed once, in FROM (in the SELECT list it would be parsed again
+    # for each match ranked).
     return (
         f"SELECT {_columns('m')}, t.rank, memstore_search_config()::text FROM (SELECT "
-        f"conversation_id, seq, created_at, ts_rank_cd(document, {_PG_QUERY}, 1) AS rank "
-        f"FROM {INDEX} WHERE document @@ {_PG_QUERY}{scope} ORDER BY rank DESC, created_at "
+        f"conversation_id, seq, created_at, ts_rank_cd(document, q, 1) AS rank "
+        f"FROM {INDEX}, {_PG_QUERY} AS q WHERE document @@ q{scope} ORDER BY rank DESC, created_at "
         "DESC, conversation_id, seq DESC LIMIT %(limit)s) AS t JOIN memstore_messages AS m ON "
         f"m.conversation_id = t.conversation_id AND m.seq = t.seq{outer} ORDER BY t.rank DESC, "
         "t.created_at DESC, t.conversation_id, t.seq DESC"
@@ -833,6 +836,17 @@ def _sqlite_search(conn: Connection, request: SearchRequest) -> tuple[Ranked, bo
 def _sqlite_ranked(conn: Connection, request: SearchRequest) -> tuple[Ranked, bool]:
     ids = request.conversation_ids
     fts5 = request.query.fts5()
+    if ids is not None and len(ids) == 1 and _simple(request):
+        # One conversation: where its messages lie close together in the table (rowids
+        # within SCOPED_WALK times its size), the index's matches in that rowid range
+        # are a walk no longer than the lookups of the scoped path: no statistics needed.
+        ((low, high, size),) = fetch_raw(conn, _SQLITE_SPAN, (ids[0],))
+        if not size:
+            return [], False
+        if high - low < SCOPED_WALK * size:
+            rows = fetch_raw(conn, _SQLITE_IN_SPAN, (fts5, low, high, ids[0], request.limit))
+            return ([(decode_raw(r[:_WIDTH], "sqlite", r[_WIDTH]), -float(r[_WIDTH + 1]))
+                     for r in rows], bool(rows and rows[0][-1]))
     if ids is not None:
         stats = _sqlite_stats(conn, ids, sorted(request.query.keys))
         if stats.scope <= SCOPED_ROWS and (stats.stemmed or _postings(request, stats)
@@ -840,9 +854,9 @@ def _sqlite_ranked(conn: Connection, request: SearchRequest) -> tuple[Ranked, bo
             return _sqlite_scoped(conn, request, stats)
     if _simple(request):
         if ids is None:
-            rows = conn.exec_driver_sql(_SQLITE_ALL, (fts5, request.limit)).fetchall()
+            rows = fetch_raw(conn, _SQLITE_ALL, (fts5, request.limit))
         else:
-            rows = conn.exec_driver_sql(_SQLITE_IN_ONE, (fts5, ids[0], request.limit)).fetchall()
+            rows = fetch_raw(conn, _SQLITE_IN_ONE, (fts5, ids[0], request.limit))
         return ([(decode_raw(r[:_WIDTH], "sqlite", r[_WIDTH]), -float(r[_WIDTH + 1]))
                  for r in rows], bool(rows and rows[0][-1]))
     match = _FTS.op("MATCH")(bindparam("q", fts5))
@@ -871,6 +885,21 @@ _SQLITE_IN_ONE = (
 )
 
 
+#: SQLite: where one conversation's messages lie in the table, and how many there are.
+_SQLITE_SPAN = ("SELECT min(rowid), max(rowid), count(*) FROM memstore_messages "
+                "WHERE conversation_id = ?")
+
+#: SQLite: `_SQLITE_IN_ONE` over the rowid range of the conversation's messages (FTS5
+#: seeks each word's postings to the range, so only the range is walked).
+_SQLITE_IN_SPAN = (
+    f"SELECT {_columns('m')}, t.rank, {_SQLITE_STEMS} FROM (SELECT {INDEX}.rowid AS rid, "
+    f"{INDEX}.rank AS rank FROM {INDEX} JOIN memstore_messages AS c ON c.rowid = {INDEX}.rowid "
+    f"WHERE {INDEX} MATCH ? AND {INDEX}.rowid BETWEEN ? AND ? AND c.conversation_id = ? "
+    f"ORDER BY {INDEX}.rank, {INDEX}.rowid DESC LIMIT ?) AS t JOIN memstore_messages AS m "
+    "ON m.rowid = t.rid ORDER BY t.rank, t.rid DESC"
+)
+
+
 @dataclass
 class _Stats:
     """What a scoped SQLite search reads first, in one statement."""
@@ -885,11 +914,12 @@ class _Stats:
 def _sqlite_stats(conn: Connection, ids: Sequence[str], keys: list[str]) -> _Stats:
     marks = ", ".join("?" * len(ids))
     terms = ", ".join("?" * len(keys)) or "NULL"
-    rows = conn.exec_driver_sql(
+    rows = fetch_raw(
+        conn,
         f"SELECT 's', (SELECT sum(last_seq - first_seq + 1) FROM memstore_conversations WHERE "
         f"id IN ({marks})) UNION ALL SELECT 'p', {_SQLITE_STEMS} UNION ALL SELECT 'a', block "
         f"FROM {INDEX}_data WHERE id = 1 UNION ALL SELECT 't' || term, doc FROM {VOCABULARY} "
-        f"WHERE term IN ({terms})", (*ids, *keys)).fetchall()
+        f"WHERE term IN ({terms})", (*ids, *keys))
     stats = _Stats(0, False, 0, 0, {})
     for kind, value in rows:
         if kind == "s":
@@ -928,7 +958,7 @@ def _sqlite_scoped(conn: Connection, request: SearchRequest,
     ids = request.conversation_ids
     assert ids is not None
     if _simple(request):
-        rows = conn.exec_driver_sql(_SQLITE_ONE, (ids[0], fts5)).fetchall()
+        rows = fetch_raw(conn, _SQLITE_ONE, (ids[0], fts5))
         found = [decode_raw(r[:_WIDTH], "sqlite", r[_WIDTH]) for r in rows]
     else:
         conditions = _filters(request, "sqlite", _M.c.conversation_id, _M.c.role,
@@ -1022,14 +1052,17 @@ def _postgresql_search(conn: Connection, request: SearchRequest) -> tuple[Ranked
         params: dict[str, Any] = {"q": tsquery, "limit": request.limit}
         if ids is not None:
             params["cid"] = ids[0]
-        rows = conn.exec_driver_sql(_PG_ALL if ids is None else _PG_ONE, params).fetchall()
+        rows = fetch_raw(conn, _PG_ALL if ids is None else _PG_ONE, params)
         return ([(decode_raw(r[:_WIDTH], "postgresql", r[_WIDTH]), float(r[_WIDTH + 1]))
                  for r in rows], bool(rows and rows[0][-1] == "english"))
-    query = func.to_tsquery(func.memstore_search_config(), bindparam("q", tsquery))
-    rank = func.ts_rank_cd(_S.document, query, 1).label("rank")
+    # The query parsed once, in FROM (see `_postgresql_sql`).
+    parsed = select(func.to_tsquery(func.memstore_search_config(), bindparam("q", tsquery))
+                    .label("q")).subquery("tsq")
+    rank = func.ts_rank_cd(_S.document, parsed.c.q, 1).label("rank")
     conditions = _filters(request, "postgresql", _S.conversation_id, _S.role, _S.created_at)
     top = (select(_S.conversation_id, _S.seq, _S.created_at, rank)
-           .where(_S.document.op("@@")(query), *conditions)
+           .select_from(side.join(parsed, true()))
+           .where(_S.document.op("@@")(parsed.c.q), *conditions)
            .order_by(rank.desc(), _S.created_at.desc(), _S.conversation_id, _S.seq.desc())
            .limit(request.limit).subquery("top"))
     M = messages.c
