@@ -25,7 +25,7 @@ from memstore import migrate
 from memstore._db import ops as _ops
 from memstore._db import rewrite as _rewrite
 from memstore._db import rows as _rows
-from memstore._db import search as _search
+from memstore._db import search_query as _search_query
 from memstore._db import snapshots as _snapshots
 from memstore._db import statements as _statements
 from memstore._db import window as _window
@@ -674,7 +674,7 @@ class Planner:
             mark=_query.check_mark(mark))
         # One statement (two or three for a small SQLite scope) needs no transaction;
         # hits and their context are read from one snapshot.
-        return Plan(_search.search, (request,), snapshot=True,
+        return Plan(_search_query.search, (request,), snapshot=True,
                     optimistic=request.context == 0)
 
 @dataclass(frozen=True)

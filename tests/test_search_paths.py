@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from memstore import MemoryStore, migrate
-from memstore._db import search as _search
+from memstore._db import search_query as _search
 from memstore.models import Message
 from memstore.tokens import FixedCounter
 
