@@ -20,7 +20,7 @@ import io
 import os
 import re
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from importlib import resources
@@ -54,7 +54,9 @@ __all__ = [
     "heads",
     "is_current",
     "partitioned_ddl",
+    "rebuild_search_index",
     "script_location",
+    "search_index_language",
     "upgrade",
 ]
 
@@ -588,6 +590,70 @@ def _check_search_language(language: object) -> None:
         raise InvalidInputError(
             f"search_language must be one of {', '.join(map(repr, LANGUAGES))} "
             f"(or None), got {short_repr(language)}")
+
+
+def rebuild_search_index(
+    bind: Bind, language: str | None = None, *,
+    progress: Callable[[int, int], object] | None = None,
+) -> int:
+    """Drop the search index and build it again from the stored messages (one transaction).
+
+    A repair: after restoring a SQLite database from a SQL text dump (which renumbers
+    rowids), after editing memstore's tables by hand with triggers disabled, or to
+    change the index's configuration. Writers of ``memstore_messages`` wait until it
+    commits, so no message escapes the new index.
+
+    Args:
+        bind: an Engine, a Connection, or a database URL (at memstore's head revision).
+        language: the new index's configuration, ``"simple"`` or ``"english"``
+            (default: the current index's, else ``$MEMSTORE_SEARCH_LANGUAGE``, else
+            ``"simple"``).
+        progress: called with ``(messages indexed so far, messages to index)`` after
+            each batch of 10,000.
+
+    Returns:
+        How many messages the new index holds.
+
+    Raises:
+        InvalidInputError: ``language`` is neither configuration (nothing was written).
+        MissingDependencyError: SQLite without FTS5 (this Python's ``sqlite3``).
+        SchemaOutdatedError: the database is not at memstore's head revision.
+    """
+    from memstore._db import search as _search
+    from memstore.errors import MissingDependencyError
+
+    if language is not None:
+        _check_search_language(language)
+    if progress is not None and not callable(progress):
+        raise InvalidInputError(f"progress must be a callable or None, got {short_repr(progress)}")
+    _check_bind(bind)
+    if _missing_sqlite_file(bind, create=False):
+        _require_head(())  # no database: says to create it (and creates no file)
+    with migration_turn(), _connection(bind, write=True) as conn:
+        check_connection(conn)
+        made = _search.rebuild_index(conn, language, progress=progress)
+        if not made:
+            raise MissingDependencyError(
+                "this Python's sqlite3 has no FTS5: the search index cannot be built here "
+                "(run memstore under a Python whose sqlite3 includes FTS5)")
+        return _search.stored_messages(conn)
+
+
+def search_index_language(bind: Bind) -> str:
+    """The configuration of the database's search index: ``"simple"`` or ``"english"``.
+
+    Raises:
+        MissingDependencyError: SQLite without the index, because this Python's sqlite3
+            has no FTS5.
+        ConfigurationError: the index is missing for another reason.
+    """
+    from memstore._db import search as _search
+
+    _check_bind(bind)
+    if _missing_sqlite_file(bind, create=False):
+        _require_head(())
+    with _connection(bind, write=False) as conn:
+        return _search.index_language(conn)
 
 
 def _refuse_other_language(conn: Connection, language: str) -> None:

@@ -295,3 +295,27 @@ def test_the_cli_upgrade_takes_the_search_language(tmp_path: Any, capsys: Any) -
     partitioned = migrate.create_partitioned("postgresql+psycopg://u@h/d", 2, sql=True,
                                              search_language="english")
     assert partitioned is not None and "'english'::regconfig" in partitioned
+
+
+def test_rebuild_search_index_is_public(db_url: str, tmp_path: Any) -> None:
+    from memstore.errors import InvalidInputError, SchemaOutOfDateError
+
+    with MemoryStore(db_url, counter=FixedCounter()) as store:
+        store.extend("c", [Message.user(f"walrus {i}") for i in range(25)])
+    with pytest.raises(InvalidInputError, match="search_language must be one of"):
+        migrate.rebuild_search_index(db_url, "klingon")
+    with pytest.raises(InvalidInputError, match="progress"):
+        migrate.rebuild_search_index(db_url, progress=3)  # type: ignore[arg-type]
+    seen: list[tuple[int, int]] = []
+    assert migrate.rebuild_search_index(
+        db_url, "english", progress=lambda done, total: seen.append((done, total))) == 25
+    assert seen and seen[-1] == (25, 25)
+    assert migrate.search_index_language(db_url) == "english"
+    assert migrate.rebuild_search_index(db_url) == 25  # keeps the index's configuration
+    assert migrate.search_index_language(db_url) == "english"
+    with MemoryStore(db_url, counter=FixedCounter()) as store:
+        assert len(store.search("walrus", limit=100)) == 25
+    missing = tmp_path / "nowhere.db"
+    with pytest.raises(SchemaOutOfDateError):
+        migrate.rebuild_search_index(f"sqlite:///{missing}")
+    assert not missing.exists()

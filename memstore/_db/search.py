@@ -437,7 +437,7 @@ BACKFILL_BATCH = 10_000
 LANGUAGE_VARIABLE = "MEMSTORE_SEARCH_LANGUAGE"
 
 #: ``progress(done, total)``: called after each batch of a backfill.
-Progress = Callable[[int, int], None]
+Progress = Callable[[int, int], object]
 
 
 #: The language a migration run in this context gives a new index

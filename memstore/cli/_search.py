@@ -106,31 +106,21 @@ def search(args: argparse.Namespace) -> int:
 
 
 def _rebuild(args: argparse.Namespace) -> int:
-    from memstore._db import search as _index
+    from memstore import migrate
     from memstore.cli import _output as out
-    from memstore.cli._commands import open_store
+    from memstore.cli._commands import open_store, url_of
 
-    with open_store(args) as store, store.engine.connect() as conn:
-        conn.execution_options(**_write_options())
-        with conn.begin():
-            made = _index.rebuild_index(conn, args.language,
-                                        progress=_index.terminal_progress())
-            language = _index.index_language(conn) if made else None
-            total = _index.stored_messages(conn)
-    if not made:
-        from memstore.errors import MissingDependencyError
-
-        raise MissingDependencyError(
-            "this Python's sqlite3 has no FTS5: the search index cannot be built here (run "
-            "memstore under a Python whose sqlite3 includes FTS5)")
-    out.status(f"search index rebuilt ({language}): {out.counted(total, 'message')}")
+    url = url_of(args)
+    total = None
+    if out.progress_shown():
+        with open_store(args) as store:
+            total = store.stats().messages
+    with out.progress_bar("indexing", total, unit="messages") as bar:
+        indexed = migrate.rebuild_search_index(
+            url, args.language, progress=lambda done, _: bar(done - bar.done))
+    language = migrate.search_index_language(url)
+    out.status(f"search index rebuilt ({language}): {out.counted(indexed, 'message')}")
     return 0
-
-
-def _write_options() -> dict[str, Any]:
-    from memstore._db.engine import write_options
-
-    return write_options()
 
 
 def _print(hits: list[Any], args: argparse.Namespace) -> None:
