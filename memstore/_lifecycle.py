@@ -215,8 +215,17 @@ def selector_digest(where: dict[str, Any] | None, ids: list[str] | None) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def forget_plan(where: Any, conversation_ids: Any, reason: Any) -> Plan:
-    """The plan of ``forget``."""
+def forget_flags(vacuum: Any, dry_run: Any) -> tuple[bool, bool]:
+    """``forget``'s ``vacuum`` and ``dry_run``, checked (a dry run has nothing to vacuum)."""
+    vacuum, dry_run = check_flag(vacuum, "vacuum"), check_flag(dry_run, "dry_run")
+    if vacuum and dry_run:
+        raise InvalidInputError("vacuum=True with dry_run=True: a dry run deletes nothing to "
+                                "reclaim")
+    return vacuum, dry_run
+
+
+def forget_plan(where: Any, conversation_ids: Any, reason: Any, dry_run: bool = False) -> Plan:
+    """The plan of ``forget`` (``dry_run``: one snapshot read of what it would delete)."""
     filters = check_where(where)
     ids = _ids(conversation_ids, "forget")
     if not filters and not ids:
@@ -229,6 +238,8 @@ def forget_plan(where: Any, conversation_ids: Any, reason: Any) -> Plan:
         problem = text_problem(reason)
         if problem is not None:
             raise InvalidInputError(f"reason {problem}")
+    if dry_run:
+        return Plan(_life.forget_counts, (filters, ids), snapshot=True)
     return Plan(_life.forget, (filters, ids, reason, selector_digest(filters, ids)),
                 write=True)
 

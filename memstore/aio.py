@@ -426,17 +426,19 @@ class AsyncMemoryStore:
         conversation_ids: Iterable[str] | None = None,
         reason: str | None = None,
         vacuum: bool = False,
+        dry_run: bool = False,
     ) -> ForgetReport:
         """Erase everything of one subject, with an audit entry that holds none of it.
 
         See [`MemoryStore.forget()`][memstore.MemoryStore.forget].
         """
-        vacuum = check_flag(vacuum, "vacuum")
+        vacuum, dry_run = _lifecycle.forget_flags(vacuum, dry_run)
         conversations, messages, entry = await self._execute(
-            _lifecycle.forget_plan(where, conversation_ids, reason))
-        if vacuum or self._engine.dialect.name == "sqlite":
+            _lifecycle.forget_plan(where, conversation_ids, reason, dry_run))
+        if not dry_run and (vacuum or self._engine.dialect.name == "sqlite"):
             await self._execute(_lifecycle.reclaim_plan())
-        return ForgetReport(conversations=conversations, messages=messages, audit_id=entry)
+        return ForgetReport(conversations=conversations, messages=messages, audit_id=entry,
+                            dry_run=dry_run)
 
     async def audit_log(self, limit: int = 100, after: int | None = None) -> list[AuditEntry]:
         """The audit log, oldest first.

@@ -400,6 +400,7 @@ class MemoryStore:
         conversation_ids: Iterable[str] | None = None,
         reason: str | None = None,
         vacuum: bool = False,
+        dry_run: bool = False,
     ) -> ForgetReport:
         """Erase everything of one subject, with an audit entry that holds none of it.
 
@@ -421,17 +422,20 @@ class MemoryStore:
             conversation_ids: conversations to erase.
             reason: why (stored in the audit entry; keep personal data out of it).
             vacuum: PostgreSQL: ``VACUUM`` memstore's tables after the delete.
+            dry_run: delete nothing and record nothing: the report counts what would go
+                now (forks included), read from one snapshot.
 
         Raises:
             InvalidInputError: no selector (a forget never means "delete everything"),
                 or a bad argument.
         """
-        vacuum = check_flag(vacuum, "vacuum")
+        vacuum, dry_run = _lifecycle.forget_flags(vacuum, dry_run)
         conversations, messages, entry = self._execute(
-            _lifecycle.forget_plan(where, conversation_ids, reason))
-        if vacuum or self._engine.dialect.name == "sqlite":
+            _lifecycle.forget_plan(where, conversation_ids, reason, dry_run))
+        if not dry_run and (vacuum or self._engine.dialect.name == "sqlite"):
             self._execute(_lifecycle.reclaim_plan())
-        return ForgetReport(conversations=conversations, messages=messages, audit_id=entry)
+        return ForgetReport(conversations=conversations, messages=messages, audit_id=entry,
+                            dry_run=dry_run)
 
     def audit_log(self, limit: int = 100, after: int | None = None) -> list[AuditEntry]:
         """The audit log (what ``forget`` erased), oldest first, after entry id ``after``."""

@@ -386,12 +386,24 @@ def test_forget_asks_on_a_terminal_and_needs_yes_otherwise(db_url: str, capsys: 
     assert code == 2 and out == "" and "pass --yes" in one_error_line(err)
     assert _snapshot(db_url) == before
 
+    code, out, err = run(capsys, *argv, "--dry-run", "--format", "table")  # no --yes needed
+    assert code == 0, err
+    assert out.strip() == ("would erase 3 conversations, 15 messages (dry run: nothing was "
+                           "deleted)")
+    code, out, _ = run(capsys, *argv, "--dry-run", "--format", "json")
+    assert json.loads(out) == {"conversations": 3, "messages": 15, "audit_id": None,
+                               "dry_run": True}
+    code, _, err = run(capsys, *argv, "--dry-run", "--vacuum")
+    assert code == 2 and "--dry-run" in one_error_line(err)
+    assert _snapshot(db_url) == before
+
     for answer in ("n\n", "\n", "", "nope\n"):
         monkeypatch.setattr(sys, "stdin", _Terminal(answer))
         code, out, err = run(capsys, *argv)
         assert code == 2 and out == "", answer
         # the fork copied its source's metadata: it matches too
-        assert "Erase the 3 conversations matching user_id=\"u1\", with every fork" in err
+        assert ("Erase the 3 conversations matching user_id=\"u1\", with every fork of them "
+                "(3 conversations with the forks, 15 messages)") in err
         assert "There is no undo. [y/N]" in err
         assert err.strip().endswith("memstore: not confirmed: nothing was deleted")
         assert _snapshot(db_url) == before
@@ -406,7 +418,8 @@ def test_forget_asks_on_a_terminal_and_needs_yes_otherwise(db_url: str, capsys: 
     monkeypatch.setattr(sys, "stdin", io.StringIO(""))
     code, out, _ = run(capsys, "forget", "--conversation", "c", "--conversation", "c", "--yes",
                        "--vacuum", "--format", "json", "--url", db_url)
-    assert code == 0 and json.loads(out) == {"conversations": 1, "messages": 2, "audit_id": 2}
+    assert code == 0 and json.loads(out) == {"conversations": 1, "messages": 2, "audit_id": 2,
+                                             "dry_run": False}
     code, _, err = run(capsys, "forget", "--yes", "--url", db_url)
     assert code == 2 and "needs a selector" in one_error_line(err)
 

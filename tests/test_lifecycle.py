@@ -496,8 +496,19 @@ async def test_forget_erases_a_subject_and_its_forks_and_leaves_an_audit(
     await call(store.create_conversation("other", {"user_id": "bob"}))
     await call(store.extend("other", _chat()))
     before = await call(store.messages("other"))
+    preview = await call(store.forget(where={"user_id": "alice@example.com"}, dry_run=True))
+    assert (preview.conversations, preview.messages, preview.audit_id, preview.dry_run) == (
+        3, 3 * len(_chat()), None, True)
+    assert await call(store.audit_log()) == []  # a dry run records nothing
+    assert len(await call(store.list_conversations())) == 4  # and deletes nothing
+    with pytest.raises(InvalidInputError, match="dry run deletes nothing"):
+        await call(store.forget(where={"user_id": "x"}, dry_run=True, vacuum=True))
+    with pytest.raises(InvalidInputError, match="dry_run"):
+        await call(store.forget(where={"user_id": "x"}, dry_run="yes"))
     report = await call(store.forget(where={"user_id": "alice@example.com"},
                                      reason="erasure request 17"))
+    assert report.dry_run is False and (report.conversations, report.messages) == (
+        preview.conversations, preview.messages)
     gone = ["p1", "p1-fork", "p1-fork-fork"]
     assert report.conversations == 3 and report.messages == 3 * len(_chat())
     assert _rows_mentioning(db_url, gone) == dict.fromkeys(

@@ -47,6 +47,7 @@ __all__ = [
     "count_conversations",
     "fork",
     "forget",
+    "forget_counts",
     "list_conversations",
     "reclaim",
     "update_conversation",
@@ -293,6 +294,18 @@ def selected_ids(conn: Connection, where: Mapping[str, WhereValue] | None,
         frontier = sorted(children - found)
         found.update(frontier)
     return sorted(found)
+
+
+def forget_counts(conn: Connection, where: Mapping[str, WhereValue] | None,
+                  ids: list[str] | None) -> tuple[int, int, None]:
+    """What `forget` would delete, deleting nothing: ``(conversations, messages, None)``."""
+    targets = selected_ids(conn, where, ids)
+    messages_ = 0
+    for start in range(0, len(targets), 1000):
+        messages_ += int(conn.execute(
+            select(func.coalesce(func.sum(C.last_seq - C.first_seq + 1), 0))
+            .where(C.id.in_(targets[start:start + 1000]))).scalar_one())
+    return len(targets), messages_, None
 
 
 def forget(conn: Connection, where: Mapping[str, WhereValue] | None, ids: list[str] | None,

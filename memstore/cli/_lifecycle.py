@@ -160,8 +160,11 @@ def _confirmed(question: str) -> bool:
 
 
 def _question(matched: int | None, where: dict[str, Any] | None, ids: list[str] | None,
-              database: str) -> str:
-    """What a forget asks: which conversations (how many match now), and where."""
+              database: str, would: Any) -> str:
+    """What a forget asks: which conversations, how much goes, and where.
+
+    ``matched``: how many the filter matches now; ``would``: the dry run's report.
+    """
     parts = []
     if where:
         shown = " and ".join(f"{key}={json.dumps(value, ensure_ascii=False)}"
@@ -171,12 +174,16 @@ def _question(matched: int | None, where: dict[str, Any] | None, ids: list[str] 
         named = ", ".join(repr(cid) for cid in ids[:3]) + (", ..." if len(ids) > 3 else "")
         parts.append(f"{'those' if where else 'the conversations'} named by --conversation "
                      f"({named})")
-    return out.safe(f"Erase {' and '.join(parts)}, with every fork of them, from {database}? "
-                    "There is no undo.")
+    total = (f" ({out.counted(would.conversations, 'conversation')} with the forks, "
+             f"{out.counted(would.messages, 'message')})")
+    return out.safe(f"Erase {' and '.join(parts)}, with every fork of them{total}, from "
+                    f"{database}? There is no undo.")
 
 
 def forget(args: argparse.Namespace) -> int:
     """``memstore forget --where K=V... [--conversation ID]... [--reason TEXT] [--vacuum]``.
+
+    ``--dry-run`` counts what would go (forks included) and deletes nothing.
 
     Without ``--yes`` it asks on a terminal (standard input) and is refused otherwise;
     not confirmed, it deletes nothing and exits with status 2. The question names how
@@ -188,24 +195,38 @@ def forget(args: argparse.Namespace) -> int:
     if not where and not ids:
         raise UsageError("forget needs a selector: --where KEY=VALUE or --conversation ID "
                          "(a forget never means 'delete everything')")
+    if args.dry_run:
+        if args.vacuum:
+            raise UsageError("--vacuum with --dry-run: a dry run deletes nothing to reclaim")
+        with open_store(args) as store:  # a read: nothing is written (or migrated)
+            report = store.forget(where=where, conversation_ids=ids, dry_run=True)
+        return _forget_report(report, args)
     if not args.yes:
         if not sys.stdin.isatty():
             raise UsageError("forget erases for good: pass --yes to confirm (standard input "
                              "is not a terminal to ask on); nothing was deleted")
         with open_store(args) as store:  # nothing is written (or migrated) before a yes
             matched = store.count_conversations(where=where) if where else None
+            would = store.forget(where=where, conversation_ids=ids, dry_run=True)
             database = store.engine.url.render_as_string(hide_password=True)
-        if not _confirmed(_question(matched, where, ids, database)):
+        if not _confirmed(_question(matched, where, ids, database, would)):
             out.status("memstore: not confirmed: nothing was deleted")
             return 2
     with open_store(args, write=True) as store:
         report = store.forget(where=where, conversation_ids=ids, reason=args.reason,
                               vacuum=args.vacuum)
+    return _forget_report(report, args)
+
+
+def _forget_report(report: Any, args: argparse.Namespace) -> int:
     form = fmt(args)
     if form == "jsonl":
         out.print_jsonl([report.model_dump_json()])
     elif form == "json":
         out.print_json(report.model_dump(mode="json"))
+    elif report.dry_run:
+        print(f"would erase {out.counted(report.conversations, 'conversation')}, "
+              f"{out.counted(report.messages, 'message')} (dry run: nothing was deleted)")
     else:
         print(f"erased {out.counted(report.conversations, 'conversation')}, "
               f"{out.counted(report.messages, 'message')} (audit entry {report.audit_id})")

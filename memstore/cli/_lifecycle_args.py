@@ -343,6 +343,9 @@ def add_commands(command: CommandMaker, sub: Any, formats: FormatAdder) -> None:
     p.add_argument("-y", "--yes", action="store_true",
                    help="do not ask for confirmation (required when standard input is not "
                         "a terminal)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="erase nothing, record nothing: count what would go (forks "
+                        "included); no confirmation needed")
     formats(p, ("table", "json", "jsonl"))
 
     p = command("audit", "show the audit log of what forget erased", "audit",

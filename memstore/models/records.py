@@ -371,13 +371,15 @@ class PruneReport(BaseModel):
 
 
 class ForgetReport(BaseModel):
-    """What ``forget`` erased.
+    """What ``forget`` erased (or, with ``dry_run=True``, would erase).
 
     Attributes:
         conversations: conversations deleted (the selected ones and every fork
             descending from them).
         messages: their messages.
-        audit_id: the id of the audit entry recording it (see ``audit_log``).
+        audit_id: the id of the audit entry recording it (see ``audit_log``);
+            ``None`` for a dry run, which records nothing.
+        dry_run: nothing was deleted: the counts are what a forget would delete now.
     """
 
     model_config = _FROZEN
@@ -386,7 +388,8 @@ class ForgetReport(BaseModel):
 
     conversations: int
     messages: int
-    audit_id: int
+    audit_id: int | None
+    dry_run: bool = False
 
 
 class AuditEntry(BaseModel):
