@@ -12,7 +12,7 @@ import functools
 import operator
 import secrets
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import (
     BigInteger,
@@ -43,6 +43,8 @@ from sqlalchemy.sql.dml import Insert
 
 from memstore._db.schema import VERSION_TABLE, conversations, messages, summaries
 from memstore._validate import MAX_SEQ
+
+_R = TypeVar("_R", bound="_MessageRows")
 
 __all__ = [
     "CompiledSQL",
@@ -564,56 +566,60 @@ def _row_values(getter: Any, processed: tuple[tuple[int, str, Any], ...],
     return out
 
 
-class CopyMessages:
-    """``COPY memstore_messages (...) FROM STDIN`` (PostgreSQL): its SQL and its rows.
+class _MessageRows:
+    """Message rows' values in ``memstore_messages``' column order.
 
-    A batch append's rows go to PostgreSQL as one COPY instead of an ``executemany``
-    of INSERTs: the server parses one statement and takes a stream of rows (100 rows:
-    4.3 against 6.9 ms, measured side by side). Values pass through the same bind
-    processors as the INSERT's (JSON as ``Jsonb``, UTC timestamps).
+    Processed as the INSERT's bind processors process them (JSON, UTC timestamps).
     """
 
-    __slots__ = ("getter", "processed", "sql")
+    __slots__ = ("columns", "getter", "processed")
 
     def __init__(self, dialect: Dialect) -> None:
         names = tuple(c.name for c in messages.c)
         quote = dialect.identifier_preparer.quote
-        self.sql = (f"COPY {quote(messages.name)} ({', '.join(quote(n) for n in names)}) "
-                    "FROM STDIN")
+        #: ``memstore_messages (col, ...)``, quoted for ``dialect``
+        self.columns = f"{quote(messages.name)} ({', '.join(quote(n) for n in names)})"
         processors = hot_write(dialect, "insert").processors
         self.getter = operator.itemgetter(*names)
         self.processed = tuple((i, name, processors[name]) for i, name in enumerate(names)
                                if name in processors)
 
     def row(self, values: dict[str, Any], memo: dict[str, tuple[Any, Any]]) -> list[Any]:
-        """One message row's values, in the COPY's column order."""
+        """One message row's values, in column order."""
         return _row_values(self.getter, self.processed, values, memo)
 
 
-class ValuesMessages:
+class CopyMessages(_MessageRows):
+    """``COPY memstore_messages (...) FROM STDIN`` (PostgreSQL): its SQL and its rows.
+
+    A batch append's rows go to PostgreSQL as one COPY instead of an ``executemany``
+    of INSERTs: the server parses one statement and takes a stream of rows (100 rows:
+    4.3 against 6.9 ms, measured side by side).
+    """
+
+    __slots__ = ("sql",)
+
+    def __init__(self, dialect: Dialect) -> None:
+        super().__init__(dialect)
+        self.sql = f"COPY {self.columns} FROM STDIN"
+
+
+class ValuesMessages(_MessageRows):
     """``INSERT INTO memstore_messages (...) VALUES (...), (...), ...`` (SQLite).
 
     A batch's rows go to SQLite as one multi-row INSERT per `rows_per_statement`
     rows instead of an ``executemany`` of one-row INSERTs. With the search index's
     trigger on the table, ``executemany`` pays the trigger program's setup once per
     row; one statement pays it once (100 messages: 0.7 against 3.2 ms, measured side
-    by side on the same rows). Values pass through the same bind processors as the
-    INSERT's (JSON text, UTC timestamps).
+    by side on the same rows).
     """
 
-    __slots__ = ("_sql", "getter", "prefix", "processed", "row_sql", "width")
+    __slots__ = ("_sql", "row_sql", "width")
 
     def __init__(self, dialect: Dialect) -> None:
-        names = tuple(c.name for c in messages.c)
-        quote = dialect.identifier_preparer.quote
-        self.prefix = (f"INSERT INTO {quote(messages.name)} "
-                       f"({', '.join(quote(n) for n in names)}) VALUES ")
-        self.row_sql = "(" + ", ".join("?" * len(names)) + ")"
-        self.width = len(names)
-        processors = hot_write(dialect, "insert").processors
-        self.getter = operator.itemgetter(*names)
-        self.processed = tuple((i, name, processors[name]) for i, name in enumerate(names)
-                               if name in processors)
+        super().__init__(dialect)
+        self.width = len(messages.c)
+        self.row_sql = "(" + ", ".join("?" * self.width) + ")"
         self._sql: dict[int, str] = {}
 
     def rows_per_statement(self, variables: int) -> int:
@@ -624,7 +630,8 @@ class ValuesMessages:
         """The statement for ``rows`` rows (built once per row count)."""
         found = self._sql.get(rows)
         if found is None:
-            found = self._sql[rows] = self.prefix + ", ".join([self.row_sql] * rows)
+            found = self._sql[rows] = (f"INSERT INTO {self.columns} VALUES "
+                                       + ", ".join([self.row_sql] * rows))
         return found
 
     def params(self, rows: list[dict[str, Any]], memo: dict[str, tuple[Any, Any]]) -> tuple[
@@ -632,32 +639,30 @@ class ValuesMessages:
         """The rows' values, flat, in the statement's order."""
         out: list[Any] = []
         for values in rows:
-            out.extend(_row_values(self.getter, self.processed, values, memo))
+            out.extend(self.row(values, memo))
         return tuple(out)
 
 
-_VALUES: dict[tuple[str, str], ValuesMessages] = {}
+_ROWS: dict[tuple[str, str, type[_MessageRows]], _MessageRows] = {}
 
 
-def values_messages(dialect: Dialect) -> ValuesMessages:
-    """The `ValuesMessages` of ``dialect`` (built once per dialect and driver)."""
-    key = (dialect.name, dialect.driver)
-    found = _VALUES.get(key)
+def _per_dialect(kind: type[_R], dialect: Dialect) -> _R:
+    """The ``kind`` of ``dialect``, built once per dialect and driver."""
+    key = (dialect.name, dialect.driver, kind)
+    found = _ROWS.get(key)
     if found is None:
-        found = _VALUES[key] = ValuesMessages(dialect)
-    return found
-
-
-_COPY: dict[tuple[str, str], CopyMessages] = {}
+        found = _ROWS[key] = kind(dialect)
+    return cast(_R, found)
 
 
 def copy_messages(dialect: Dialect) -> CopyMessages:
     """The `CopyMessages` of ``dialect`` (built once per dialect and driver)."""
-    key = (dialect.name, dialect.driver)
-    found = _COPY.get(key)
-    if found is None:
-        found = _COPY[key] = CopyMessages(dialect)
-    return found
+    return _per_dialect(CopyMessages, dialect)
+
+
+def values_messages(dialect: Dialect) -> ValuesMessages:
+    """The `ValuesMessages` of ``dialect`` (built once per dialect and driver)."""
+    return _per_dialect(ValuesMessages, dialect)
 
 
 _COMPILED: dict[tuple[str, str, str], CompiledSQL] = {}
