@@ -262,7 +262,7 @@ def test_the_search_language_is_an_argument_of_the_upgrade(
     migrate.upgrade(empty_db_url, search_language="english")
     assert migrate.search_index_language(empty_db_url) == "english"
     migrate.upgrade(empty_db_url, search_language="english")  # the same: nothing to do
-    with pytest.raises(InvalidInputError, match="already 'english'.*--rebuild-index"):
+    with pytest.raises(InvalidInputError, match=r"already 'english'.*--rebuild-index"):
         migrate.upgrade(empty_db_url, search_language="simple")
     with MemoryStore(empty_db_url, counter=FixedCounter()) as store:
         store.append("c", Message.user("The runner was running"))
