@@ -321,7 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pin", action="store_true", help="pin it: every view keeps it")
 
     p = command("import", "store conversations from an export file, or OpenAI messages",
-                "import_", description=(
+                "import_", module="_files", description=(
                     "Store conversations from a file written by 'memstore export' (or lines "
                     "printed by 'memstore messages --format jsonl', with --as), or a list of "
                     "OpenAI chat messages with --format openai --into CONV. Each conversation "
@@ -344,6 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="overwrite conversations that exist with other content")
 
     p = command("export", "write conversations to a JSON lines file (streaming)", "export",
+                module="_files",
                 description="Write conversations in memstore's versioned JSON lines format "
                             "(a header line per conversation, then one line per stored "
                             "message with every field), reading each in pages so memory "
@@ -429,12 +430,12 @@ def build_parser() -> argparse.ArgumentParser:
                                        "document; 'export' streams instead).")
     ssub = state.add_subparsers(dest="state_command", metavar="STATE_COMMAND", required=True,
                                 parser_class=_Parser)
-    p = command("save", "write a conversation snapshot", "state_save", ssub)
+    p = command("save", "write a conversation snapshot", "state_save", ssub, module="_state")
     _conversation(p)
     p.add_argument("-o", "--output", metavar="FILE",
                    help="file to write (default: standard output)")
     p = command("load", "load a snapshot (--replace to overwrite a conversation)",
-                "state_load", ssub)
+                "state_load", ssub, module="_state")
     p.add_argument("file", help="the snapshot file, or - for standard input")
     p.add_argument("--as", dest="conversation_id", metavar="CONV",
                    help="target conversation (default: the snapshot's id)")

@@ -1,7 +1,10 @@
 """The ``memstore`` commands: thin layers over the public API of `memstore`.
 
 This module is imported when a command runs (not for ``--help``); Rich is imported
-only by the commands that draw a table.
+only by the commands that draw a table. It also holds what every command shares
+(opening the database, reading and replacing files, the output format); the
+commands of one concern live beside it (``_files``: import and export; ``_state``:
+snapshots; ``_lifecycle``, ``_search``, ``_demo``).
 
 Reading a conversation that was never written is not an error for the library (an
 empty list, an empty window); here it is, for the commands that read one named
@@ -13,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import io
 import json
 import os
@@ -21,32 +23,28 @@ import shlex
 import stat
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any
 
-from pydantic import ValidationError
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from memstore import migrate
 from memstore._db.engine import default_url, parse_url, sync_url
-from memstore._validate import JSON_TOO_DEEP, validation_summary
 from memstore.cli import _output as out
 from memstore.cli._errors import FileFormatError, UsageError
 from memstore.cli._lifecycle_args import listing_filters, listing_words
 from memstore.errors import (
     ConfigurationError,
-    ConflictError,
     ContextBudgetError,
     ConversationNotFoundError,
     DatabaseError,
-    InvalidInputError,
     MemstoreError,
     SchemaOutOfDateError,
 )
-from memstore.models import Conversation, ConversationState, Message, StoredMessage
+from memstore.models import Conversation, Message, StoredMessage
 from memstore.store import MemoryStore
 from memstore.views.window import ContextWindow
 
@@ -64,14 +62,12 @@ __all__ = [
     "db_downgrade",
     "db_upgrade",
     "delete",
-    "export",
-    "import_",
+    "fmt",
+    "last_seq",
     "message_preview",
     "messages",
     "open_store",
     "pop",
-    "state_load",
-    "state_save",
     "stats",
     "window",
 ]
@@ -554,7 +550,7 @@ def append(args: argparse.Namespace) -> int:
     message = Message.from_openai(fields, score=args.score, pinned=args.pin)
     with open_store(args, write=True, create=True) as store:
         # a client id stored before comes back as it was: not after the last seq
-        before = _last_seq(store, args.conversation_id) if args.id is not None else None
+        before = last_seq(store, args.conversation_id) if args.id is not None else None
         stored = store.append(args.conversation_id, message)
     if before is not None and stored.seq <= before:
         print(f"already stored as seq {stored.seq} (client id {args.id!r}): nothing new")
@@ -564,304 +560,10 @@ def append(args: argparse.Namespace) -> int:
     return 0
 
 
-def _openai_items(text: str, name: str) -> list[tuple[str, Any]]:
-    """``(where, item)`` pairs from a JSON list or JSON lines."""
-    if text.lstrip().startswith("["):
-        try:
-            items = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise FileFormatError(f"{name}:{exc.lineno}: not JSON: {exc.msg}") from None
-        except RecursionError:
-            raise FileFormatError(f"{name}: {JSON_TOO_DEEP}") from None
-        except ValueError as exc:  # an integer of more than 4,300 digits
-            raise FileFormatError(f"{name}: not JSON memstore can read: {exc}") from None
-        return [(f"{name}: item {i}", item) for i, item in enumerate(items, 1)]
-    pairs = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        pairs.append((f"{name}:{lineno}", _json_line(line, f"{name}:{lineno}")))
-    return pairs
-
-
-def _json_line(line: str, where: str) -> Any:
-    """One line of a JSON Lines file, decoded; an error naming ``where`` (file:line)."""
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise FileFormatError(f"{where}: not JSON: {exc.msg}") from None
-    except RecursionError:
-        raise FileFormatError(f"{where}: {JSON_TOO_DEEP}") from None
-    except ValueError as exc:  # an integer of more than 4,300 digits
-        raise FileFormatError(f"{where}: not JSON memstore can read: {exc}") from None
-
-
-def _import_openai(args: argparse.Namespace) -> int:
-    if not args.target:
-        raise UsageError("--format openai needs --into CONV (the conversation to append to)")
-    name = "<stdin>" if args.file == "-" else args.file
-    messages = []
-    for where, item in _openai_items(read_text(args.file), name):
-        if not isinstance(item, dict):
-            raise FileFormatError(f"{where}: expected a JSON object (an OpenAI message)")
-        kind = _kind(item)
-        if kind in ("export", "messages"):  # not OpenAI messages: say what to run instead
-            raise UsageError(f"{where}: not an OpenAI message: " + _memstore_file_hint(
-                kind, args.file, args.target, "drop --format openai and --into"))
-        try:
-            messages.append(Message.from_openai(item))
-        except ValidationError as exc:
-            raise FileFormatError(f"{where}: {validation_summary(exc)}") from None
-    with open_store(args, write=True, create=True) as store:
-        before = _last_seq(store, args.target)
-        stored = store.extend(args.target, messages)
-    # a message whose id is stored is not new; one repeated in the file is stored once
-    new = len({m.seq for m in stored if m.seq > before})
-    if new == len(stored):
-        print(f"stored {out.counted(new, 'message')} in {args.target!r}")
-    elif new:
-        print(f"stored {out.counted(new, 'message')} in {args.target!r} "
-              f"({len(stored) - new:,} already stored)")
-    else:
-        print(f"nothing new in {args.target!r} ({out.counted(len(stored), 'message')} "
-              "already stored)")
-    return 0
-
-
-def _last_seq(store: MemoryStore, conversation_id: str) -> int:
+def last_seq(store: MemoryStore, conversation_id: str) -> int:
     """The seq of a conversation's newest message (0 when it has none, or does not exist)."""
     newest = store.messages(conversation_id, limit=1, newest_first=True)
     return newest[0].seq if newest else 0
-
-
-def _kind(line: Any) -> str | None:
-    """What a file's first JSON value says the file is, or None.
-
-    ``export``: a memstore export header; ``messages``: a stored message line (as
-    ``memstore messages --format jsonl`` prints them); ``openai``: an OpenAI chat
-    message, or a JSON list.
-    """
-    if isinstance(line, list):
-        return "openai"
-    if not isinstance(line, dict):
-        return None
-    if "memstore_export" in line:
-        return "export"
-    if "seq" in line and "token_count" in line:
-        return "messages"
-    return "openai" if "role" in line else None
-
-
-def _sniff(path: str) -> str | None:
-    """`_kind()` of a file's first non-blank line (None when it cannot be read)."""
-    if path == "-":
-        return None  # not read for a hint: it would be gone for the import
-    try:
-        with open(path, encoding="utf-8") as fp:
-            while True:
-                line = fp.readline(1 << 20)
-                if not line:
-                    return None
-                if line.strip():
-                    break
-        if line.lstrip().startswith("["):
-            return "openai"
-        return _kind(json.loads(line))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
-        return None
-
-
-def _memstore_file_hint(kind: str, path: str, conversation: str | None, drop: str) -> str:
-    """How to import a memstore file (``kind`` from `_kind()`): the command to run.
-
-    ``drop`` says what to leave out of the command that was given; ``conversation``
-    is the id the user meant the messages for, if known.
-    """
-    file = out.shell_word(path)
-    conv = out.shell_word(conversation) if conversation is not None else None
-    if kind == "messages":
-        return (f"{path} holds memstore message lines (as 'memstore messages --format "
-                f"jsonl' prints them): {drop}, and run memstore import {file} --as "
-                f"{conv or 'CONV'}")
-    hint = (f"{path} is a memstore export file, which names its own conversations: {drop}, "
-            f"and run memstore import {file}")
-    if conv is not None:
-        hint += f" (or add --as {conv} to store its one conversation under that id)"
-    return hint
-
-
-def import_(args: argparse.Namespace) -> int:
-    """``memstore import FILE``."""
-    if args.extra is not None:
-        # the old 'memstore import CONV FILE': what the file holds says what to run now
-        kind = _sniff(args.extra)
-        if kind in ("export", "messages"):
-            raise UsageError(_memstore_file_hint(kind, args.extra, args.file,
-                                                 "drop the conversation argument"))
-        raise UsageError(
-            f"'memstore import CONV FILE' is now 'memstore import FILE --into CONV --format "
-            f"openai': run memstore import {out.shell_word(args.extra)} --into "
-            f"{out.shell_word(args.file)} --format openai (a file written by 'memstore "
-            f"export' needs no conversation: memstore import {out.shell_word(args.extra)})")
-    if args.format == "openai":
-        if args.replace:
-            raise UsageError("--replace applies to --format memstore (openai messages are "
-                             "appended)")
-        return _import_openai(args)
-    transfer = _transfer()
-    name = "<stdin>" if args.file == "-" else args.file
-    fp: IO[str] = stdin_utf8() if args.file == "-" else open(args.file, encoding="utf-8")  # noqa: SIM115
-    size, position = _size_and_position(fp)
-    try:
-        # The file's first line is checked before the database is opened (and perhaps
-        # created and migrated): a wrong file changes nothing.
-        head, first = _first_lines(fp, name, args.file)
-        if first is None:
-            print("the file holds no conversation")
-            return 0
-        try:
-            transfer.check_first_line(first, line_no=len(head), rename=args.target)
-        except InvalidInputError as exc:
-            raise _file_error(exc, name) from exc
-        with open_store(args, write=True, create=True) as store, \
-                out.progress_bar(f"importing {name}", size, position=position) as progress:
-            try:
-                result = transfer.import_jsonl(store, cast(IO[str], _Replay(head, fp)),
-                                               replace=args.replace,
-                                               rename=args.target, progress=progress)
-            except (MemstoreError, ValidationError) as exc:
-                for done in getattr(exc, "imported", None) or ():
-                    _print_imported(done)  # conversations earlier in the file are stored
-                if isinstance(exc, ConflictError):
-                    if args.replace or not transfer.conflicts_with_stored(exc):
-                        raise  # --replace would not help
-                    raise ConflictError(f"{exc} (pass --replace to overwrite the stored "
-                                        "conversation with the file's)") from exc
-                if not isinstance(exc, (InvalidInputError, ValidationError)):
-                    raise  # a database error, say
-                raise _file_error(exc, name) from exc
-    finally:
-        if args.file != "-":
-            fp.close()
-    for c in result.conversations:
-        _print_imported(c)
-    if not result.conversations:
-        print("the file holds no conversation")
-    return 0
-
-
-def _file_error(exc: InvalidInputError | ValidationError, name: str) -> FileFormatError:
-    """An import's error about the file, as ``file:line: problem`` in the CLI's words."""
-    transfer = _transfer()
-    line = getattr(exc, "line", None)
-    where = f"{name}:{line}" if line else name
-    text = validation_summary(exc) if isinstance(exc, ValidationError) else str(exc)
-    # the library's words for its argument, the CLI's for its flag
-    text = text.replace(transfer.RENAME_HINT, _AS_HINT).replace(transfer.RENAME_ONE, _AS_ONE)
-    return FileFormatError(f"{where}: {text.removeprefix(f'line {line}: ')}")
-
-
-def _first_lines(fp: IO[str], name: str,
-                 path: str) -> tuple[list[str], dict[str, Any] | None]:
-    """The lines of ``fp`` up to its first non-blank one, and that line parsed.
-
-    It must be a JSON object. ``([], None)`` when the file holds only blank lines. Not
-    UTF-8 text, or not JSON, is an error naming the file (and the line).
-    """
-    head: list[str] = []
-    while True:
-        try:
-            line = fp.readline()
-        except UnicodeDecodeError as exc:
-            raise not_utf8(path, exc) from None
-        if not line:
-            return [], None
-        head.append(line)
-        if line.strip():
-            break
-    first = _json_line(line, f"{name}:{len(head)}")
-    if not isinstance(first, dict):
-        raise FileFormatError(f"{name}:{len(head)}: expected a JSON object (a memstore "
-                              f"export line), got {type(first).__name__}")
-    return head, first
-
-
-def _size_and_position(fp: IO[str]) -> tuple[int | None, Callable[[], int] | None]:
-    """For a progress bar: a regular file's bytes still to read, and how many are read since.
-
-    The second is a function reading the file's offset, which its buffers keep ahead
-    of the text handed out by at most a few kilobytes.
-    ``(None, None)`` for a pipe or a terminal (standard input that is not redirected
-    from a file): the total is not known there.
-    """
-    try:
-        fd = fp.fileno()
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None, None
-        start = os.lseek(fd, 0, os.SEEK_CUR)
-        size = os.fstat(fd).st_size - start
-    except (OSError, ValueError):  # no descriptor (a test's StringIO), or not seekable
-        return None, None
-    return size, lambda: os.lseek(fd, 0, os.SEEK_CUR) - start
-
-
-class _Replay:
-    """A file's ``readline`` that first gives back the lines already read from it."""
-
-    def __init__(self, head: list[str], fp: IO[str]) -> None:
-        self._head = list(head)
-        self._fp = fp
-
-    def readline(self, size: int = -1) -> str:
-        return self._head.pop(0) if self._head else self._fp.readline(size)
-
-
-#: `memstore.transfer.RENAME_HINT` and ``RENAME_ONE`` said of ``memstore import``'s
-#: flag that sets ``rename``.
-_AS_HINT = "pass --as CONV to import bare message lines into one conversation"
-_AS_ONE = "--as imports one conversation, and the file holds more"
-
-
-def _print_imported(c: Any) -> None:
-    """One line per imported conversation: what was written, or that nothing was new."""
-    if c.replaced:
-        what = f"replaced ({out.counted(c.written, 'message')} written)"
-    elif c.written:
-        what = f"{out.counted(c.written, 'message')} written"
-        what += f", {c.unchanged:,} already stored" if c.unchanged else ""
-    else:
-        what = f"nothing new ({out.counted(c.unchanged, 'message')} already stored)"
-    what += f", {out.counted(c.summaries, 'summary', 'summaries')} stored" if c.summaries else ""
-    print(f"{out.safe(c.id)}: {what}")
-
-
-def _transfer() -> Any:
-    """`memstore.transfer` (imported late: only export and import need it)."""
-    return importlib.import_module("memstore.transfer")
-
-
-def export(args: argparse.Namespace) -> int:
-    """``memstore export [CONV...] [-o FILE]``."""
-    transfer = _transfer()
-    target = args.output if args.output and args.output != "-" else None
-    with open_store(args) as store:
-        # an unknown id: an error before any output; the known ones give the bar's total
-        counts = {cid: store.get_conversation(cid).message_count
-                  for cid in dict.fromkeys(args.conversation_ids)}
-        total: int | None = sum(counts[cid] for cid in args.conversation_ids)
-        if not args.conversation_ids:  # every conversation (read only for a bar)
-            total = store.stats().messages if out.progress_shown() else None
-        with out.progress_bar("exporting", total) as progress, \
-                (replaced_file(target) if target
-                 else contextlib.nullcontext(out.utf8_stdout())) as fp:
-            result = transfer.export_jsonl(store, fp, args.conversation_ids or None,
-                                           progress=progress)
-    out.status(f"exported {out.counted(result.conversations, 'conversation')}, "
-               f"{out.counted(result.messages, 'message')}"
-               + (f", {out.counted(result.summaries, 'summary', 'summaries')}"
-                  if result.summaries else "")
-               + (f" to {out.safe(target)}" if target else ""))
-    return 0
 
 
 # ---- reading ----------------------------------------------------------------------------
@@ -1028,87 +730,4 @@ def clear(args: argparse.Namespace) -> int:
     with open_store(args, write=True) as store:
         n = store.clear(args.conversation_id)
     print(f"deleted {out.counted(n, 'message')} from {args.conversation_id!r}")
-    return 0
-
-
-# ---- state ------------------------------------------------------------------------------
-
-
-def state_save(args: argparse.Namespace) -> int:
-    """``memstore state save CONV``."""
-    with open_store(args) as store:
-        state = store.save_state(args.conversation_id)
-    text = state.to_json()
-    if args.output and args.output != "-":
-        with replaced_file(args.output) as fp:
-            fp.write(text)
-    else:
-        out.utf8_stdout().write(text + "\n")
-    return 0
-
-
-def _same_snapshot(stored: ConversationState, state: ConversationState) -> bool:
-    """Whether loading ``state`` would change nothing that ``stored`` holds.
-
-    Messages, summaries and metadata are compared; timestamps of the conversation row
-    are not (a conversation that holds exactly the snapshot is left alone).
-    """
-    def key(s: ConversationState) -> tuple[Any, ...]:
-        return ([m.model_dump(exclude={"conversation_id"}) for m in s.messages],
-                [x.model_dump(exclude={"conversation_id"}) for x in s.summaries],
-                s.conversation.metadata)
-
-    return key(stored) == key(state)
-
-
-def _holds(conv: Conversation, summaries: int) -> str:
-    """What a stored conversation holds, in a few words (for the refusal of a load)."""
-    n = conv.message_count
-    parts = [f"{n} message{'' if n == 1 else 's'}"]
-    if summaries:
-        parts.append(f"{summaries} summar{'y' if summaries == 1 else 'ies'}")
-    if conv.metadata:
-        parts.append("metadata " + out.preview(json.dumps(conv.metadata, ensure_ascii=False),
-                                               40))
-    return ", ".join(parts)
-
-
-def state_load(args: argparse.Namespace) -> int:
-    """``memstore state load FILE``: refuses to overwrite a stored conversation unless told.
-
-    Without ``--replace`` or ``--append`` the target must not exist (or already hold
-    exactly the snapshot): a conversation that exists, even with no messages, has
-    metadata, a creation time and perhaps summaries that a load would overwrite.
-    """
-    name = "<stdin>" if args.file == "-" else args.file
-    try:
-        state = ConversationState.model_validate_json(read_text(args.file))
-    except ValidationError as exc:
-        raise FileFormatError(f"{name}: not a memstore snapshot: "
-                              f"{validation_summary(exc)}") from None
-    target = args.conversation_id or state.conversation.id
-    with open_store(args, write=True, create=True) as store:
-        replace = bool(args.replace)
-        if not args.replace and not args.append:
-            try:
-                conv = store.get_conversation(target)
-            except ConversationNotFoundError:
-                conv = None
-            if conv is not None:
-                stored = store.save_state(target) \
-                    if conv.message_count == len(state.messages) else None
-                if stored is not None and _same_snapshot(stored, state):
-                    print(f"{target!r} already holds this snapshot: nothing to do")
-                    return 0
-                summaries = len(stored.summaries) if stored is not None \
-                    else len(store.summaries(target))
-                raise ConflictError(
-                    f"conversation {target!r} exists ({_holds(conv, summaries)}): pass "
-                    "--replace to overwrite it with the snapshot, or --append to add the "
-                    "snapshot's messages after the stored ones")
-            # A new conversation: appending into it writes exactly the snapshot, and a
-            # conversation created by someone else since the check above is then
-            # appended to (or refused on a repeated message id), never overwritten.
-        conv = store.load_state(state, target, replace=replace)
-    print(f"loaded {out.counted(len(state.messages), 'message')} into {conv.id!r}")
     return 0
