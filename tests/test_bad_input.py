@@ -10,7 +10,7 @@ import pytest
 
 from memstore.errors import InvalidInputError
 from memstore.models import ImagePart, ImageURL, Message, ToolCall
-from tests.helpers import call
+from tests.helpers import Cases, call
 
 LONG = "x" * 256
 
@@ -62,38 +62,50 @@ def _bad_messages() -> list[tuple[str, Any, str]]:
     ]
 
 
-@pytest.mark.parametrize(("case", "bad", "needle"), _bad_messages(),
-                         ids=[c[0] for c in _bad_messages()])
-async def test_invalid_message_is_rejected_and_nothing_written(
-    store: Any, case: str, bad: Any, needle: str
-) -> None:
-    await call(store.append("c", Message.user("existing")))
-    before = await call(store.messages("c"))
-    conv_before = await call(store.get_conversation("c"))
-    with pytest.raises((pydantic.ValidationError, InvalidInputError)) as info:
-        await call(store.append("c", bad))
-    assert needle in str(info.value), f"{case}: {info.value}"
-    with pytest.raises((pydantic.ValidationError, InvalidInputError)):
-        await call(store.extend("c", [Message.user("fine"), bad]))
-    with pytest.raises((pydantic.ValidationError, InvalidInputError)):
-        await call(store.append("brand-new", bad))
-    assert await call(store.messages("c")) == before
-    assert await call(store.get_conversation("c")) == conv_before
-    assert [c.id for c in await call(store.list_conversations())] == ["c"]
+async def test_invalid_message_is_rejected_and_nothing_written(store: Any) -> None:
+    """Each of _bad_messages() is refused naming the problem, and writes nothing.
+
+    The cases share one store, each on its own conversations (``c<i>`` holding one message,
+    and ``brand-new-<i>``, which must not come to exist) and judged against what the store
+    held just before it; a failure names every failing case."""
+    cases = Cases()
+    for i, (case, bad, needle) in enumerate(_bad_messages()):
+        with cases.case(case):
+            cid = f"c{i}"
+            await call(store.append(cid, Message.user("existing")))
+            before = await call(store.messages(cid))
+            conv_before = await call(store.get_conversation(cid))
+            ids_before = [c.id for c in await call(store.list_conversations())]
+            with pytest.raises((pydantic.ValidationError, InvalidInputError)) as info:
+                await call(store.append(cid, bad))
+            assert needle in str(info.value), f"{case}: {info.value}"
+            with pytest.raises((pydantic.ValidationError, InvalidInputError)):
+                await call(store.extend(cid, [Message.user("fine"), bad]))
+            with pytest.raises((pydantic.ValidationError, InvalidInputError)):
+                await call(store.append(f"brand-new-{i}", bad))
+            assert await call(store.messages(cid)) == before
+            assert await call(store.get_conversation(cid)) == conv_before
+            assert [c.id for c in await call(store.list_conversations())] == ids_before
+    cases.check()
 
 
-@pytest.mark.parametrize(("cid", "needle"), [
-    ("", "must not be empty"),
-    (LONG, "256 characters long; the maximum is 255"),
-    ("a\x00b", "NUL"),
-    (42, "must be a str"),
-])
-async def test_invalid_conversation_id(store: Any, cid: Any, needle: str) -> None:
-    with pytest.raises(InvalidInputError, match=needle):
-        await call(store.append(cid, Message.user("x")))
-    with pytest.raises(InvalidInputError, match=needle):
-        await call(store.create_conversation(cid))
-    assert await call(store.list_conversations()) == []
+async def test_invalid_conversation_id(store: Any) -> None:
+    """Each bad id is refused naming the problem (one store for all: a refused write
+    writes nothing, checked after each case); a failure names every failing case."""
+    cases = Cases()
+    for cid, needle in [
+        ("", "must not be empty"),
+        (LONG, "256 characters long; the maximum is 255"),
+        ("a\x00b", "NUL"),
+        (42, "must be a str"),
+    ]:
+        with cases.case(cid):
+            with pytest.raises(InvalidInputError, match=needle):
+                await call(store.append(cid, Message.user("x")))
+            with pytest.raises(InvalidInputError, match=needle):
+                await call(store.create_conversation(cid))
+            assert await call(store.list_conversations()) == []
+    cases.check()
 
 
 async def test_invalid_arguments(store: Any) -> None:
@@ -146,28 +158,36 @@ def _unvalidated_messages() -> list[tuple[str, Any, str]]:
     ]
 
 
-@pytest.mark.parametrize(("case", "bad", "needle"), _unvalidated_messages(),
-                         ids=[c[0] for c in _unvalidated_messages()])
 async def test_a_message_that_skipped_validation_is_validated_when_written(
-    store: Any, case: str, bad: Message, needle: str
+    store: Any
 ) -> None:
     """pydantic's model_copy(update=...) and model_construct do not validate, and a
     message's metadata dict can be changed in place: a write validates such a message
     again, so the databases never see what validation refuses (SQLite stored NaN and
-    NUL; PostgreSQL raised a driver error)."""
-    await call(store.append("c", Message.user("existing")))
-    before = await call(store.messages("c"))
-    with pytest.raises(pydantic.ValidationError) as info:
-        await call(store.append("c", bad))
-    assert needle in str(info.value), f"{case}: {info.value}"
-    with pytest.raises(pydantic.ValidationError):
-        await call(store.extend("c", [Message.user("ok"), bad]))
-    assert await call(store.messages("c")) == before
-    assert [c.id for c in await call(store.list_conversations())] == ["c"]
-    # A valid copy is written as the copy says.
-    good = Message.user("fine").model_copy(update={"content": "changed", "score": 2.0})
-    stored = await call(store.append("c", good))
-    assert (stored.content, stored.score) == ("changed", 2.0)
+    NUL; PostgreSQL raised a driver error).
+
+    The cases of _unvalidated_messages() share one store, each on its own conversation
+    ``c<i>`` and judged against what the store held just before it; a failure names
+    every failing case."""
+    cases = Cases()
+    for i, (case, bad, needle) in enumerate(_unvalidated_messages()):
+        with cases.case(case):
+            cid = f"c{i}"
+            await call(store.append(cid, Message.user("existing")))
+            before = await call(store.messages(cid))
+            ids_before = [c.id for c in await call(store.list_conversations())]
+            with pytest.raises(pydantic.ValidationError) as info:
+                await call(store.append(cid, bad))
+            assert needle in str(info.value), f"{case}: {info.value}"
+            with pytest.raises(pydantic.ValidationError):
+                await call(store.extend(cid, [Message.user("ok"), bad]))
+            assert await call(store.messages(cid)) == before
+            assert [c.id for c in await call(store.list_conversations())] == ids_before
+            # A valid copy is written as the copy says.
+            good = Message.user("fine").model_copy(update={"content": "changed", "score": 2.0})
+            stored = await call(store.append(cid, good))
+            assert (stored.content, stored.score) == ("changed", 2.0)
+    cases.check()
 
 
 async def test_a_state_that_skipped_validation_is_validated_when_loaded(store: Any) -> None:
@@ -327,33 +347,41 @@ def _unshowable_cases() -> list[tuple[str, Any]]:
 
 @pytest.mark.parametrize("value", [10**5000, -(10**5000), _Unshowable()],
                          ids=["huge-int", "huge-negative-int", "raising-repr"])
-@pytest.mark.parametrize(("case", "make"), _unshowable_cases())
-def test_a_value_repr_cannot_show_is_named_in_a_clear_error(
-    case: str, make: Any, value: Any
-) -> None:
+def test_a_value_repr_cannot_show_is_named_in_a_clear_error(value: Any) -> None:
     """Error messages showed the bad value with ``repr``, which refuses integers of more
     than 4,300 digits (ValueError) and runs a class's own ``__repr__``: the caller got
     that exception instead of memstore's. ``ApproxCounter`` also raised OverflowError
-    for an int past float's range, and ``FixedCounter`` a plain ValueError."""
+    for an int past float's range, and ``FixedCounter`` a plain ValueError.
+
+    Every call of _unshowable_cases() is tried on one store (each is refused before it
+    writes; the store's messages are checked after each); a failure names every failing
+    case."""
     from memstore import MemoryStore
     from memstore.errors import MemstoreError
 
     store = MemoryStore("sqlite://")
     store.append("c", Message.user("hi"))
+    cases = Cases()
     try:
-        valid_when_positive = ("truncate-min", "tiktoken-threads")
-        if isinstance(value, int) and (case == "block-tier"
-                                       or (case in valid_when_positive and value > 0)):
-            make(store, value)  # a huge minimum is a valid (if odd) setting
-            return
-        with pytest.raises(MemstoreError) as caught:
-            make(store, value)
-        message = str(caught.value)
-        assert "cannot be shown" in message or "an integer of" in message, message
-        assert len(message) < 600, message
-        assert [m.content for m in store.messages("c")] == ["hi"]
+        for case, make in _unshowable_cases():
+            with cases.case(case):
+                before = [m.content for m in store.messages("c")]
+                valid_when_positive = ("truncate-min", "tiktoken-threads")
+                if isinstance(value, int) and (case == "block-tier"
+                                               or (case in valid_when_positive and value > 0)):
+                    make(store, value)  # a huge minimum is a valid (if odd) setting
+                    continue
+                with pytest.raises(MemstoreError) as caught:
+                    make(store, value)
+                message = str(caught.value)
+                assert "cannot be shown" in message or "an integer of" in message, message
+                assert len(message) < 600, message
+                assert [m.content for m in store.messages("c")] == before
+        with cases.case("after every case: the store holds 'hi' only"):
+            assert [m.content for m in store.messages("c")] == ["hi"]
     finally:
         store.close()
+    cases.check()
 
 
 async def test_yes_no_arguments_take_only_bools(store: Any) -> None:

@@ -35,7 +35,7 @@ from memstore.tokens import (
     counter_priming,
     validate_counter,
 )
-from tests.helpers import call
+from tests.helpers import Cases, call
 from tests.viewcases import CALL, RES, U, labels, stored
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -418,25 +418,37 @@ class Returns(ProtoCounter):
 _NOT_A_COUNT = r"count_message must return an int in \[0, 2\*\*53 - 1\]"
 
 
-# 10**5000: the error message's repr() of it raised ValueError (over 4,300 digits)
-@pytest.mark.parametrize("value", [-1000, None, "3", 2.5, True,
-                                   pytest.param(10**5000, id="huge-int"), 2**53])
-async def test_a_views_own_counter_returning_no_count_is_refused(store: Any,
-                                                                 value: Any) -> None:
+#: What a bad counter returns. 10**5000: the error message's repr() of it raised
+#: ValueError (over 4,300 digits).
+NOT_COUNTS: list[tuple[str, Any]] = [("-1000", -1000), ("None", None), ("'3'", "3"),
+                                     ("2.5", 2.5), ("True", True), ("huge-int", 10**5000),
+                                     ("2**53", 2**53)]
+
+
+async def test_a_views_own_counter_returning_no_count_is_refused(store: Any) -> None:
     """A view's own counter counts at window time, where the store checks nothing: a
     negative count let a window overrun its budget silently (token_count -19340 for 40
-    messages within 60), None or "3" raised TypeError, 2.5 leaked a float count."""
-    await call(store.extend("c", [m for i in range(20) for m in (
-        Message.user(f"question {i} about things"), Message.assistant(f"answer {i}"))]))
-    bad = Returns(value)
-    views: list[ContextView] = [TokenLimitedView(60, counter=bad),
-                                ScoreBasedView(60, counter=bad), SummaryView(60, counter=bad)]
-    for view in views:
-        with pytest.raises(ConfigurationError, match=_NOT_A_COUNT):
-            await call(store.window("c", view))
-        with pytest.raises(ConfigurationError, match=_NOT_A_COUNT):
-            view.apply(await call(store.messages("c")), bad)
-    # the same counter counting well is used as it is, checks and all
-    good = ProtoCounter("proto/good")
-    window = await call(store.window("c", TokenLimitedView(60, counter=good)))
-    assert window.token_count == good.count_messages(window.messages) <= 60
+    messages within 60), None or "3" raised TypeError, 2.5 leaked a float count.
+
+    The values of NOT_COUNTS share one store, each on a conversation of its own (read
+    first by its own case, as on a new store); a failure names every failing value."""
+    cases = Cases()
+    for name, value in NOT_COUNTS:
+        with cases.case(name):
+            cid = f"c-{name}"
+            await call(store.extend(cid, [m for i in range(20) for m in (
+                Message.user(f"question {i} about things"), Message.assistant(f"answer {i}"))]))
+            bad = Returns(value)
+            views: list[ContextView] = [TokenLimitedView(60, counter=bad),
+                                        ScoreBasedView(60, counter=bad),
+                                        SummaryView(60, counter=bad)]
+            for view in views:
+                with pytest.raises(ConfigurationError, match=_NOT_A_COUNT):
+                    await call(store.window(cid, view))
+                with pytest.raises(ConfigurationError, match=_NOT_A_COUNT):
+                    view.apply(await call(store.messages(cid)), bad)
+            # the same counter counting well is used as it is, checks and all
+            good = ProtoCounter("proto/good")
+            window = await call(store.window(cid, TokenLimitedView(60, counter=good)))
+            assert window.token_count == good.count_messages(window.messages) <= 60
+    cases.check()

@@ -38,7 +38,7 @@ from memstore.errors import (
 )
 from memstore.models import ImagePart, ImageURL, StoredMessage
 from memstore.tokens import FixedCounter
-from tests.helpers import call, examples
+from tests.helpers import Cases, call, examples
 
 SURROGATE = "a\ud800"
 
@@ -77,18 +77,21 @@ BAD_STRINGS = [
 ]
 
 
-@pytest.mark.parametrize(("field", "bad"), BAD_STRINGS, ids=[f"{i}-{c[0]}" for i, c in
-                                                            enumerate(BAD_STRINGS)])
-async def test_unencodable_strings_are_refused_naming_the_field(
-    store: Any, field: str, bad: dict[str, Any]
-) -> None:
-    with pytest.raises(pydantic.ValidationError) as info:
-        await call(store.append("c", bad))
-    errors = info.value.errors()
-    assert any(".".join(map(str, e["loc"])).startswith(field) for e in errors), errors
-    assert "surrogate" in str(info.value) or "NUL" in str(info.value)
-    with pytest.raises(ConversationNotFoundError):
-        await call(store.get_conversation("c"))
+async def test_unencodable_strings_are_refused_naming_the_field(store: Any) -> None:
+    """Each message of BAD_STRINGS is refused naming its field. The cases share one store,
+    each writing to its own conversation ``c<i>`` (which must not come to exist); a
+    failure names every failing case (``<i>-<field>``)."""
+    cases = Cases()
+    for i, (field, bad) in enumerate(BAD_STRINGS):
+        with cases.case(f"{i}-{field}"):
+            with pytest.raises(pydantic.ValidationError) as info:
+                await call(store.append(f"c{i}", bad))
+            errors = info.value.errors()
+            assert any(".".join(map(str, e["loc"])).startswith(field) for e in errors), errors
+            assert "surrogate" in str(info.value) or "NUL" in str(info.value)
+            with pytest.raises(ConversationNotFoundError):
+                await call(store.get_conversation(f"c{i}"))
+    cases.check()
 
 
 def test_the_rule_is_the_same_in_every_model() -> None:
@@ -144,17 +147,22 @@ CHANGING = [
 ]
 
 
-@pytest.mark.parametrize(("metadata", "needle"), CHANGING, ids=[str(c[0]) for c in CHANGING])
-async def test_numbers_a_database_would_change_are_refused(
-    store: Any, metadata: dict[str, Any], needle: str
-) -> None:
-    with pytest.raises(pydantic.ValidationError, match="metadata") as info:
-        await call(store.append("c", Message.user("x", metadata=metadata)))
-    assert needle in str(info.value)
-    with pytest.raises(InvalidInputError, match=needle):
-        await call(store.create_conversation("c", metadata))
-    with pytest.raises(ConversationNotFoundError):
-        await call(store.get_conversation("c"))
+async def test_numbers_a_database_would_change_are_refused(store: Any) -> None:
+    """Each metadata of CHANGING is refused naming the problem. The cases share one store,
+    each writing to its own conversation ``c<i>`` (which must not come to exist); a
+    failure names every failing case."""
+    cases = Cases()
+    for i, (metadata, needle) in enumerate(CHANGING):
+        cid = f"c{i}"
+        with cases.case(str(metadata)):
+            with pytest.raises(pydantic.ValidationError, match="metadata") as info:
+                await call(store.append(cid, Message.user("x", metadata=metadata)))
+            assert needle in str(info.value)
+            with pytest.raises(InvalidInputError, match=needle):
+                await call(store.create_conversation(cid, metadata))
+            with pytest.raises(ConversationNotFoundError):
+                await call(store.get_conversation(cid))
+    cases.check()
 
 
 EXACT = {

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from memstore.errors import InvalidInputError
 from memstore.models import ImagePart, ImageURL, Message, TextPart, ToolCall
 from memstore.search import MAX_LIMIT, MAX_QUERY_CHARS, MAX_QUERY_TERMS, SearchHit
-from tests.helpers import call, examples
+from tests.helpers import Cases, call, examples
 
 
 async def found(store: Any, query: str, **kwargs: Any) -> list[tuple[str, int]]:
@@ -303,12 +303,15 @@ BAD_ARGUMENTS: list[tuple[dict[str, Any], str]] = [
 ]
 
 
-@pytest.mark.parametrize(("kwargs", "message"), BAD_ARGUMENTS)
-async def test_bad_arguments_are_invalid_input(store: Any, kwargs: dict[str, Any],
-                                               message: str) -> None:
+async def test_bad_arguments_are_invalid_input(store: Any) -> None:
+    """Each of BAD_ARGUMENTS is refused naming the argument; the cases share one store (a
+    refused search writes nothing) and a failure names every failing case."""
     await call(store.append("c", Message.user("hello")))
-    with pytest.raises(InvalidInputError, match=message):
-        await call(store.search("hello", **kwargs))
+    cases = Cases()
+    for kwargs, message in BAD_ARGUMENTS:
+        with cases.case(kwargs), pytest.raises(InvalidInputError, match=message):
+            await call(store.search("hello", **kwargs))
+    cases.check()
 
 
 async def test_limit_bounds_are_inclusive(store: Any) -> None:
@@ -337,28 +340,41 @@ HOSTILE = [
 ]
 
 
-@pytest.mark.parametrize("query", HOSTILE, ids=range(len(HOSTILE)))
-async def test_hostile_queries_are_searched_or_refused(store: Any, query: str) -> None:
+async def test_hostile_queries_are_searched_or_refused(store: Any) -> None:
+    """Every query of HOSTILE is searched or refused with a message. The queries share one
+    store (a search writes nothing; a refused one leaves the store usable for the next);
+    a failure names every failing query by its index in HOSTILE."""
     await call(store.append("c", Message.user("a plain message: it's an Istanbul street")))
-    try:
-        hits = await call(store.search(query))
-    except InvalidInputError as exc:
-        assert str(exc)
-        return
-    assert isinstance(hits, list)
+    cases = Cases()
+    for i, query in enumerate(HOSTILE):
+        with cases.case(f"HOSTILE[{i}] {query[:40]!r}"):
+            try:
+                hits = await call(store.search(query))
+            except InvalidInputError as exc:
+                assert str(exc)
+            else:
+                assert isinstance(hits, list)
+    cases.check()
 
 
-@pytest.mark.parametrize(("query", "message"), [
+REFUSALS: list[tuple[str, str]] = [
     ("", "nothing to search for"), ("   ", "nothing to search for"),
     ("!!! ???", "nothing to search for"), ("\U0001f600", "nothing to search for"),
     ("-cat", "only excludes"), ("cat OR -dog", "only excludes"),
     ("\x00", "NUL"), ("\ud800", "surrogate"),
     ("a" * (MAX_QUERY_CHARS + 1), "characters long"),
     (" ".join(f"t{i}" for i in range(MAX_QUERY_TERMS + 1)), "terms"),
-])
-async def test_refusals_name_the_problem(store: Any, query: str, message: str) -> None:
-    with pytest.raises(InvalidInputError, match=message):
-        await call(store.search(query))
+]
+
+
+async def test_refusals_name_the_problem(store: Any) -> None:
+    """Each query of REFUSALS is refused naming its problem (one store for all: a refused
+    search writes nothing)."""
+    cases = Cases()
+    for query, message in REFUSALS:
+        with cases.case(f"{query[:40]!r}"), pytest.raises(InvalidInputError, match=message):
+            await call(store.search(query))
+    cases.check()
 
 
 async def test_a_query_that_is_not_a_string(store: Any) -> None:
@@ -391,13 +407,10 @@ def _searched_or_refused(store: Any, query: str) -> None:
 
 
 @pytest.fixture
-def sqlite_store(tmp_path: Any, counter: Any) -> Any:
-    from memstore import migrate
+def sqlite_store(tmp_path: Any, counter: Any, migrated_sqlite: Any) -> Any:
     from memstore.store import MemoryStore
 
-    url = f"sqlite:///{tmp_path / 'any.db'}"
-    migrate.upgrade(url)
-    store = MemoryStore(url, counter=counter)
+    store = MemoryStore(migrated_sqlite(tmp_path / "any.db"), counter=counter)
     store.extend("c", [Message.user("the quick brown fox"), Message.user("naïve café 日本語"),
                        Message.assistant(tool_calls=[ToolCall(id="t", name="f_x",
                                                               arguments='{"a": "b c"}')])])

@@ -42,18 +42,42 @@ from tests.helpers import examples
 
 
 def _unicode61() -> tuple[list[tuple[int, int]], list[int]]:
-    """SQLite's unicode61 (remove_diacritics 2): its separators, and the marks it removes."""
+    """SQLite's unicode61 (remove_diacritics 2): its separators, and the marks it removes.
+
+    Every code point (surrogates aside) is tokenized between two letters, ``a<cp>a``: a
+    separator gives the tokens ``a`` and ``a``, a removed mark the one token ``aa``, any
+    other character one token of its own. The tokenizer decides each code point alone,
+    so the items go 512 to a row, a space between them (one row each took 5 s); the
+    offsets of the tokens ``a`` and ``aa`` place each item, and each row's token count
+    must be what that placement says (so no item gave anything else).
+    """
     db = sqlite3.connect(":memory:")
     db.execute("CREATE VIRTUAL TABLE t USING fts5(b, tokenize='unicode61 remove_diacritics 2')")
     db.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance')")
-    rows = [(cp, "a" + chr(cp) + "a") for cp in range(1, 0x110000)
-            if not 0xD800 <= cp < 0xE000]
-    db.executemany("INSERT INTO t(rowid, b) VALUES (?, ?)", rows)
-    tokens: dict[int, list[str]] = {}
-    for term, doc in db.execute("SELECT term, doc FROM v"):
-        tokens.setdefault(doc, []).append(term)
-    separators = [cp for cp, _ in rows if tokens.get(cp) == ["a", "a"]]
-    removed = [cp for cp, _ in rows if tokens.get(cp) == ["aa"]]
+    points = [cp for cp in range(1, 0x110000) if not 0xD800 <= cp < 0xE000]
+    rows = [points[i:i + 512] for i in range(0, len(points), 512)]
+    db.executemany("INSERT INTO t(rowid, b) VALUES (?, ?)",
+                   [(k, " ".join("a" + chr(cp) + "a" for cp in row))
+                    for k, row in enumerate(rows)])
+    marks: dict[int, dict[int, str]] = {}
+    for term, doc, offset in db.execute(
+            "SELECT term, doc, offset FROM v WHERE term IN ('a', 'aa')"):
+        marks.setdefault(doc, {})[offset] = term
+    counts = dict(db.execute("SELECT doc, count(*) FROM v GROUP BY doc"))
+    separators: list[int] = []
+    removed: list[int] = []
+    for k, row in enumerate(rows):
+        at, offset = marks.get(k, {}), 0
+        for cp in row:
+            if at.get(offset) == "a":
+                assert at.get(offset + 1) == "a", hex(cp)
+                separators.append(cp)
+                offset += 2
+            else:
+                if at.get(offset) == "aa":
+                    removed.append(cp)
+                offset += 1
+        assert offset == counts[k], k  # every token placed: one or two per item
     ranges: list[tuple[int, int]] = []
     for cp in separators:
         if ranges and ranges[-1][1] == cp - 1:
@@ -251,12 +275,12 @@ def test_a_content_update_by_hand_is_followed(db_url: str) -> None:
 
 @pytest.mark.postgres
 def test_truncate_empties_the_index(pg_url: str) -> None:
-    from tests.conftest import _empty_pg
+    from tests.conftest import _empty_pg, _truncate_pg
 
     _empty_pg(pg_url)
     with MemoryStore(pg_url, counter=FixedCounter()) as store:
         store.append("c", Message.user("gone soon"))
-        _empty_pg(pg_url)
+        _truncate_pg(pg_url)
         assert store.search("gone") == []
         with store.engine.connect() as conn:
             assert conn.execute(text(f"SELECT count(*) FROM {_search.INDEX}")).scalar() == 0

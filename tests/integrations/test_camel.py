@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import threading
 import uuid
 from datetime import datetime, timezone
@@ -55,6 +56,30 @@ from memstore.integrations.camel import (  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 COUNTER = FixedCounter(per_message=3, per_word=1, per_tool_call=2, priming=3)
+
+
+@pytest.fixture(autouse=True)
+def toolkit_check_without_source_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CAMEL's ChatAgent asks at every step whether a RegisteredAgentToolkit is on the call
+    stack, with ``inspect.stack()``, which also finds the source lines of every frame: under
+    pytest, with every integration imported, about 0.1 s a step (a third of this file's
+    time). The same question, answered by walking the same frames without their source (a
+    CAMEL that renamed the method fails here, not silently)."""
+    from camel.toolkits.base import RegisteredAgentToolkit
+
+    def is_called_from_registered_toolkit(self: ChatAgent) -> bool:
+        try:
+            frame = sys._getframe()
+            while frame is not None:
+                if isinstance(frame.f_locals.get("self"), RegisteredAgentToolkit):
+                    return True
+                frame = frame.f_back  # type: ignore[assignment]
+        except Exception:
+            return False
+        return False
+
+    monkeypatch.setattr(ChatAgent, "_is_called_from_registered_toolkit",
+                        is_called_from_registered_toolkit)
 
 
 # ---- a stub model backend with canned replies (CAMEL's StubModel, scripted) ----------------
@@ -254,6 +279,10 @@ async def test_pruning_tool_calls_loses_no_concurrent_record(store: Any, db_url:
                 other_memory.write_records([user_record(f"new-{i}")])
                 written.append(f"new-{i}")
                 i += 1
+                # Paced (a write every 2 ms at most, about PostgreSQL's own pace here): still
+                # many writes during every step, but on SQLite an unpaced writer piled up
+                # thousands of records, each step reading them all (up to 13 s a run).
+                stop.wait(0.002)
         except BaseException as exc:
             errors.append(exc)
         finally:
