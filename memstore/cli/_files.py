@@ -43,29 +43,26 @@ __all__ = ["export", "import_"]
 def _openai_items(text: str, name: str) -> list[tuple[str, Any]]:
     """``(where, item)`` pairs from a JSON list or JSON lines."""
     if text.lstrip().startswith("["):
-        try:
-            items = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise FileFormatError(f"{name}:{exc.lineno}: not JSON: {exc.msg}") from None
-        except RecursionError:
-            raise FileFormatError(f"{name}: {JSON_TOO_DEEP}") from None
-        except ValueError as exc:  # an integer of more than 4,300 digits
-            raise FileFormatError(f"{name}: not JSON memstore can read: {exc}") from None
+        items = _json(text, name, lines=True)
         return [(f"{name}: item {i}", item) for i, item in enumerate(items, 1)]
     pairs = []
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        pairs.append((f"{name}:{lineno}", _json_line(line, f"{name}:{lineno}")))
+        pairs.append((f"{name}:{lineno}", _json(line, f"{name}:{lineno}")))
     return pairs
 
 
-def _json_line(line: str, where: str) -> Any:
-    """One line of a JSON Lines file, decoded; an error naming ``where`` (file:line)."""
+def _json(text: str, where: str, *, lines: bool = False) -> Any:
+    """JSON text decoded, or an error naming ``where``.
+
+    ``where`` is ``file:line``, or with ``lines`` the file (the error's line is added).
+    """
     try:
-        return json.loads(line)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise FileFormatError(f"{where}: not JSON: {exc.msg}") from None
+        place = f"{where}:{exc.lineno}" if lines else where
+        raise FileFormatError(f"{place}: not JSON: {exc.msg}") from None
     except RecursionError:
         raise FileFormatError(f"{where}: {JSON_TOO_DEEP}") from None
     except ValueError as exc:  # an integer of more than 4,300 digits
@@ -251,7 +248,7 @@ def _first_lines(fp: IO[str], name: str,
         head.append(line)
         if line.strip():
             break
-    first = _json_line(line, f"{name}:{len(head)}")
+    first = _json(line, f"{name}:{len(head)}")
     if not isinstance(first, dict):
         raise FileFormatError(f"{name}:{len(head)}: expected a JSON object (a memstore "
                               f"export line), got {type(first).__name__}")
