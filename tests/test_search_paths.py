@@ -98,3 +98,8 @@ def test_the_range_plan_is_taken_only_where_the_messages_lie_close(
     store.search("common", conversation_id="thin")
     assert taken[0] == "range"
     assert len(taken) == 3 and "range" not in taken[1:]
+    # a conversation over SCOPED_ROWS messages is not measured out: the statistics decide
+    monkeypatch.setattr(_search, "SCOPED_ROWS", 30)  # "dense" holds 40
+    taken.clear()
+    store.search("amber", conversation_id="dense")
+    assert taken == ["filtered"]

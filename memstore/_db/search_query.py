@@ -185,13 +185,14 @@ def _sqlite_ranked(conn: Connection, request: SearchRequest) -> tuple[Ranked, bo
     ids = request.conversation_ids
     fts5 = request.query.fts5()
     if ids is not None and len(ids) == 1 and _simple(request):
-        # One conversation: where its messages lie close together in the table (rowids
-        # within SCOPED_WALK times its size), the index's matches in that rowid range
-        # are a walk no longer than the lookups of the scoped path: no statistics needed.
-        ((low, high, size),) = fetch_raw(conn, _SQLITE_SPAN, (ids[0],))
+        # One conversation of at most SCOPED_ROWS messages: where they lie close together
+        # in the table (rowids within SCOPED_WALK times their number), the index's matches
+        # in that rowid range are a walk no longer than the lookups of the scoped path: no
+        # statistics needed. Finding the range reads at most SCOPED_ROWS + 1 index entries.
+        ((low, high, size),) = fetch_raw(conn, _SQLITE_SPAN, (ids[0], max(SCOPED_ROWS, 0) + 1))
         if not size:
             return [], False
-        if high - low < SCOPED_WALK * size:
+        if size <= SCOPED_ROWS and high - low < SCOPED_WALK * size:
             rows = fetch_raw(conn, _SQLITE_IN_SPAN, (fts5, low, high, ids[0], request.limit))
             return ([(decode_raw(r[:_WIDTH], "sqlite", r[_WIDTH]), -float(r[_WIDTH + 1]))
                      for r in rows], bool(rows and rows[0][-1]))
@@ -233,9 +234,10 @@ _SQLITE_IN_ONE = (
 )
 
 
-#: SQLite: where one conversation's messages lie in the table, and how many there are.
-_SQLITE_SPAN = ("SELECT min(rowid), max(rowid), count(*) FROM memstore_messages "
-                "WHERE conversation_id = ?")
+#: SQLite: where one conversation's messages lie in the table, and how many there are
+#: (read no further than the limit: a larger conversation takes the statistics' plan).
+_SQLITE_SPAN = ("SELECT min(r), max(r), count(*) FROM (SELECT rowid AS r FROM "
+                "memstore_messages WHERE conversation_id = ? LIMIT ?)")
 
 #: SQLite: `_SQLITE_IN_ONE` over the rowid range of the conversation's messages (FTS5
 #: seeks each word's postings to the range, so only the range is walked).
