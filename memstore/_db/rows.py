@@ -325,22 +325,33 @@ def fetch_raw(conn: Connection, sql: str, params: Any) -> Sequence[Any]:
     build column metadata on every execution, which costs more than the query. A
     driver error comes out wrapped as SQLAlchemy would wrap it.
     """
-    dialect = conn.dialect
+    dbapi = conn.connection.dbapi_connection
+    assert dbapi is not None  # a checked-out, open connection
+    aiosqlite = conn.connection.driver_connection if conn.dialect.driver == "aiosqlite" else None
+    return run_raw(conn, dbapi, aiosqlite, sql, params)
+
+
+def run_raw(conn: Connection, dbapi: Any, aiosqlite: Any, sql: str,
+            params: Any) -> Sequence[Any]:
+    """`fetch_raw()` with the connection's handles already looked up.
+
+    The window's hot reads keep them: ``dbapi``, the DBAPI connection (for asyncio
+    drivers SQLAlchemy's sync adapter of it); ``aiosqlite``, the aiosqlite connection
+    or ``None``.
+    """
     try:
-        if dialect.driver == "aiosqlite":
-            # aiosqlite runs each driver call in its own thread: one call, not four.
-            rows: Sequence[Any] = await_only(
-                conn.connection.driver_connection.execute_fetchall(sql, params))  # type: ignore[union-attr]
+        if aiosqlite is not None:
+            # aiosqlite runs each driver call in its own thread, and SQLAlchemy's cursor
+            # adapter makes four calls per statement; execute_fetchall makes one.
+            rows: Sequence[Any] = await_only(aiosqlite.execute_fetchall(sql, params))
             return rows
-        dbapi = conn.connection.dbapi_connection
-        assert dbapi is not None
         cursor = dbapi.cursor()
         try:
             cursor.execute(sql, params)
-            return cursor.fetchall()
+            return cursor.fetchall()  # type: ignore[no-any-return]
         finally:
             cursor.close()
-    except dialect.loaded_dbapi.Error as exc:
+    except conn.dialect.loaded_dbapi.Error as exc:
         raise driver_error(conn, exc, sql, params) from exc
 
 

@@ -11,11 +11,10 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection
-from sqlalchemy.util import await_only
 
 from memstore._db import statements as q
 from memstore._db.cache import RowCache
-from memstore._db.rows import decode_raw, driver_error, to_summary
+from memstore._db.rows import decode_raw, run_raw, to_summary
 from memstore.errors import ConversationNotFoundError
 from memstore.models import StoredMessage, Summary
 from memstore.views.base import checked_window
@@ -175,23 +174,8 @@ class SQLHistory(SourceBase):
         column metadata on every execution, which costs more than the query.
         """
         compiled = q.hot(self._dialect, name)
-        params = compiled.params(values)
-        try:
-            if self._aiosqlite is not None:
-                # aiosqlite runs each driver call in its own thread, and SQLAlchemy's
-                # cursor adapter makes four calls per statement; execute_fetchall one.
-                rows: Sequence[Any] = await_only(
-                    self._aiosqlite.execute_fetchall(compiled.sql, params)
-                )
-                return rows
-            cursor = self._dbapi.cursor()
-            try:
-                cursor.execute(compiled.sql, params)
-                return cursor.fetchall()
-            finally:
-                cursor.close()
-        except self._dialect.loaded_dbapi.Error as exc:
-            raise driver_error(self._conn, exc, compiled.sql, params) from exc
+        return run_raw(self._conn, self._dbapi, self._aiosqlite, compiled.sql,
+                       compiled.params(values))
 
     def first_page_for(self, token_limit: int) -> int | None:
         """The first page a view with this budget should read: what came prefetched.
