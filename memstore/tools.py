@@ -193,7 +193,7 @@ def search_tool(
     where: Mapping[str, str | int | bool | None] | None = None,
     limit: int = 5,
     name: str = DEFAULT_NAME,
-    description: str = DEFAULT_DESCRIPTION,
+    description: str | None = None,
 ) -> SearchTool:
     """A tool an agent calls to search its memory in ``store``.
 
@@ -205,7 +205,8 @@ def search_tool(
             user's memory).
         limit: hits returned when the model gives no ``limit`` (1–1,000).
         name: the tool's name (letters, digits, ``_`` and ``-``, at most 64).
-        description: what the model reads about the tool.
+        description: what the model reads about the tool (default:
+            ``DEFAULT_DESCRIPTION``).
 
     Raises:
         ConfigurationError: ``store`` has no ``search`` method, or a bad limit or name.
@@ -221,6 +222,8 @@ def search_tool(
             or not all(c.isascii() and (c.isalnum() or c in "_-") for c in name)):
         raise ConfigurationError(
             f"name must be 1-64 letters, digits, '_' or '-', got {short_repr(name)}")
+    if description is None:
+        description = DEFAULT_DESCRIPTION
     if not isinstance(description, str) or not description.strip():
         raise ConfigurationError("description must be a non-empty string")
     check_where(where)

@@ -547,7 +547,7 @@ def search_tool(
     from memstore.tools import search_tool as _search_tool
 
     tool = _search_tool(store, conversation_id=conversation_id, where=where, limit=limit,
-                        name=name, **({"description": description} if description else {}))
+                        name=name, description=description)
 
     async def search_memory(query: str, limit: int = tool.limit) -> str:
         return await tool.acall(query, limit)

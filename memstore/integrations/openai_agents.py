@@ -798,7 +798,7 @@ def search_tool(
     from memstore.tools import search_tool as _search_tool
 
     tool = _search_tool(store, conversation_id=conversation_id, where=where, limit=limit,
-                        name=name, **({"description": description} if description else {}))
+                        name=name, description=description)
 
     async def invoke(context: Any, arguments: str) -> str:
         return await tool.arun(arguments)
