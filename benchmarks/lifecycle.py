@@ -501,14 +501,9 @@ def run_worker(kind: str, url: str) -> dict[str, Any]:
 
 
 def machine(pg_url: str, dbs: list[str]) -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from benchmarks.runner import cpu_name
+
+    cpu = cpu_name()
     pg = None
     if "postgresql" in dbs:
         from sqlalchemy import create_engine, text

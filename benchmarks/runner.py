@@ -105,16 +105,20 @@ def _pg_version(pg: dict[str, Any]) -> str | None:
         return None
 
 
-def machine_info(pg: dict[str, Any]) -> dict[str, Any]:
-    """CPU, cores, RAM, OS, Python, database and package versions."""
-    cpu = platform.processor() or platform.machine()
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` says."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info(pg: dict[str, Any]) -> dict[str, Any]:
+    """CPU, cores, RAM, OS, Python, database and package versions."""
+    cpu = cpu_name()
     ram_gib = None
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
