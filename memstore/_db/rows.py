@@ -278,16 +278,22 @@ def stored_from_row_dict(row: Mapping[str, Any], message: Message) -> StoredMess
 
 def to_conversation(row: Row[Any]) -> Conversation:
     m = row._mapping
-    return build_trusted(Conversation, {
-        "id": m["id"], "created_at": m["created_at"], "updated_at": m["updated_at"],
-        "metadata": m["metadata"] if m["metadata"] is not None else {},
-        "message_count": int(m["last_seq"]) - int(m["first_seq"]) + 1,
-        "token_count": int(m["token_count"]),
-        "expires_at": m.get("expires_at"),
-        "parent_id": m.get("parent_id"),
-        "forked_at_seq": None if m.get("forked_at_seq") is None else int(m["forked_at_seq"]),
-    })
+    return _conversation(m["id"], m["created_at"], m["updated_at"], m["metadata"],
+                         m["first_seq"], m["last_seq"], m["token_count"], m.get("expires_at"),
+                         m.get("parent_id"), m.get("forked_at_seq"))
 
+
+def _conversation(cid: str, created_at: datetime, updated_at: datetime, meta: Any, first: Any,
+                  last: Any, tokens: Any, expires_at: datetime | None, parent: str | None,
+                  forked: Any) -> Conversation:
+    """A Conversation from its row's decoded values (no validation: they are stored)."""
+    return build_trusted(Conversation, {
+        "id": cid, "created_at": created_at, "updated_at": updated_at,
+        "metadata": meta if meta is not None else {},
+        "message_count": int(last) - int(first) + 1, "token_count": int(tokens),
+        "expires_at": expires_at, "parent_id": parent,
+        "forked_at_seq": None if forked is None else int(forked),
+    })
 
 
 def conversation_from_raw(row: Sequence[Any], dialect: str) -> Conversation:
@@ -308,13 +314,8 @@ def conversation_from_raw(row: Sequence[Any], dialect: str) -> Conversation:
         created_at, updated_at = as_utc(created_at), as_utc(updated_at)
         if expires_at is not None:
             expires_at = as_utc(expires_at)
-    return build_trusted(Conversation, {
-        "id": cid, "created_at": created_at, "updated_at": updated_at,
-        "metadata": meta if meta is not None else {},
-        "message_count": int(last) - int(first) + 1, "token_count": int(tokens),
-        "expires_at": expires_at, "parent_id": parent,
-        "forked_at_seq": None if forked is None else int(forked),
-    })
+    return _conversation(cid, created_at, updated_at, meta, first, last, tokens, expires_at,
+                         parent, forked)
 
 
 def fetch_raw(conn: Connection, sql: str, params: Any) -> Sequence[Any]:
