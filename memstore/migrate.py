@@ -584,12 +584,10 @@ def upgrade(
 
 
 def _check_search_language(language: object) -> None:
-    from memstore.search import LANGUAGES
+    from memstore._db import search as _search
 
-    if language is not None and language not in LANGUAGES:
-        raise InvalidInputError(
-            f"search_language must be one of {', '.join(map(repr, LANGUAGES))} "
-            f"(or None), got {short_repr(language)}")
+    if language is not None:
+        _search.check_language(language, "search_language", InvalidInputError)
 
 
 def rebuild_search_index(

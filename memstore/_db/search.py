@@ -48,6 +48,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import TSVECTOR
 
 from memstore._db.schema import UTCDateTime
+from memstore._validate import short_repr
 from memstore.errors import ConfigurationError
 from memstore.search import (
     LANGUAGES,
@@ -263,10 +264,11 @@ def _sql_escape(pattern: str) -> str:
     return pattern.replace("\\", "\\\\").replace("'", "''")
 
 
-def _check_language(language: str) -> Language:
+def check_language(language: object, name: str = "search language",
+                   error: type[Exception] = ConfigurationError) -> Language:
+    """``language`` as a `Language`, or ``error`` naming ``name`` and the choices."""
     if language not in LANGUAGES:
-        raise ConfigurationError(
-            f"search language must be one of {', '.join(LANGUAGES)}, got {language!r}")
+        raise error(f"{name} must be one of {', '.join(LANGUAGES)}, got {short_repr(language)}")
     return "english" if language == "english" else "simple"
 
 
@@ -401,7 +403,7 @@ def postgresql_ddl(language: Language = "simple", *, utf8: bool = True,
     table = side.to_metadata(MetaData())
     if partitions is not None:
         table.dialect_options["postgresql"]["partition_by"] = "HASH (conversation_id)"
-    statements = _pg_functions(_check_language(language), utf8)
+    statements = _pg_functions(check_language(language), utf8)
     statements.append(str(CreateTable(table).compile(dialect=dialect)).strip())
     if partitions is not None:
         statements.extend(
@@ -456,7 +458,7 @@ def configured_language(language: str | None = None) -> Language:
     chosen = language if language is not None else _CHOSEN.get()
     if chosen is None:
         chosen = os.environ.get(LANGUAGE_VARIABLE, "").strip() or "simple"
-    return _check_language(chosen)
+    return check_language(chosen)
 
 
 @contextlib.contextmanager
