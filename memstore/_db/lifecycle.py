@@ -71,15 +71,9 @@ class Listing:
         self.updated_after = updated_after
         self.updated_before = updated_before
 
-    def conditions(self, dialect: str) -> list[ColumnElement[bool]]:
-        out = [conversation_filter(self.where, dialect)]
-        if self.parent_id is not None:
-            out.append(C.parent_id == self.parent_id)
-        if self.updated_after is not None:
-            out.append(C.updated_at > self.updated_after)
-        if self.updated_before is not None:
-            out.append(C.updated_at < self.updated_before)
-        return out
+    def conditions(self) -> list[ColumnElement[bool]]:
+        """The listing's conditions, its values bound (for a statement built per call)."""
+        return self.shaped_conditions(self.params())
 
     def shape(self) -> tuple[Any, ...]:
         """What the listing's SQL depends on (its values are parameters)."""
@@ -94,15 +88,25 @@ class Listing:
         out["updated_before"] = self.updated_before
         return out
 
-    def shaped_conditions(self) -> list[ColumnElement[bool]]:
-        """`conditions()` with every value a named parameter (`params()`)."""
-        out = [shaped_filter(filter_shape(self.where))]
+    def shaped_conditions(self, values: dict[str, Any] | None = None,
+                          ) -> list[ColumnElement[bool]]:
+        """The conditions, every value a named parameter (`params()`).
+
+        ``values``: bind them now (else the statement is compiled once and run with
+        `params()`).
+        """
+        def bind(name: str, type_: Any) -> Any:
+            if values is None:
+                return bindparam(name, type_=type_)
+            return bindparam(name, values[name], type_=type_)
+
+        out = [shaped_filter(filter_shape(self.where), values=values)]
         if self.parent_id is not None:
-            out.append(C.parent_id == bindparam("parent_id", type_=String()))
+            out.append(C.parent_id == bind("parent_id", String()))
         if self.updated_after is not None:
-            out.append(C.updated_at > bindparam("updated_after", type_=UTCDateTime()))
+            out.append(C.updated_at > bind("updated_after", UTCDateTime()))
         if self.updated_before is not None:
-            out.append(C.updated_at < bindparam("updated_before", type_=UTCDateTime()))
+            out.append(C.updated_at < bind("updated_before", UTCDateTime()))
         return out
 
 
@@ -523,7 +527,7 @@ def prune_one(conn: Connection, cid: str, policy: Policy, dry_run: bool) -> Prun
 def prune_page(conn: Connection, listing: Listing, ids: list[str] | None, after: str,
                limit: int) -> list[str]:
     """The next ``limit`` conversation ids a prune covers, after ``after`` (by id)."""
-    stmt = select(C.id).where(*listing.conditions(conn.dialect.name), C.id > after)
+    stmt = select(C.id).where(*listing.conditions(), C.id > after)
     if ids is not None:
         stmt = stmt.where(C.id.in_(ids))
     return list(conn.execute(stmt.order_by(C.id).limit(limit)).scalars())
