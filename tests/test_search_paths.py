@@ -2,10 +2,12 @@
 
 ``memstore._db.search`` picks, for ``search(q, conversation_id=c)`` on SQLite:
 
-* the index's matches in the rowid range of ``c``'s messages, when they lie close
-  together in the table (the range is under ``SCOPED_WALK`` times their number);
-* otherwise, from the index's statistics: the index's matches filtered to ``c``
-  (rare words), or one lookup per message of ``c`` ranked in Python (common words).
+* the index's matches in the rowid range of ``c``'s messages: at once when they lie
+  close together in the table (the range is under ``SCOPED_WALK`` times their
+  number), otherwise timed, given as long as the per-message plan would take;
+* one lookup per message of ``c`` ranked in Python by the index's statistics, when the
+  timed walk runs out of time;
+* the index's matches filtered to ``c``, when ``c`` holds over ``SCOPED_ROWS`` messages.
 
 Conversations here are written interleaved, so some are spread thin over the table
 and others are not; each query's hits must not depend on the plan taken.
@@ -58,17 +60,19 @@ def test_every_plan_finds_the_same_hits(store: Any, cid: str,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     plans: dict[str, dict[str, list[tuple[int, float, str]]]] = {}
     plans["chosen"] = {q: _hits(store, cid, q) for q in QUERIES}
-    monkeypatch.setattr(_search, "SCOPED_WALK", 10)  # "thin" is spread thin now
-    plans["chosen, thin"] = {q: _hits(store, cid, q) for q in QUERIES}
-    monkeypatch.setattr(_search, "SCOPED_WALK", 0)  # no range plan; always per message
+    monkeypatch.setattr(_search, "SCOPED_WALK", 10)  # "thin" is spread thin now: timed
+    plans["timed"] = {q: _hits(store, cid, q) for q in QUERIES}
+    monkeypatch.setattr(_search, "SCOPED_WALK", 0)  # every range walk is timed ...
+    monkeypatch.setattr(_search, "SCOPED_LOOKUP_SECONDS", 0.0)  # ... and out of time at once
+    monkeypatch.setattr(_search, "PROGRESS_STEPS", 1)
     plans["per message"] = {q: _hits(store, cid, q) for q in QUERIES}
     monkeypatch.setattr(_search, "SCOPED_ROWS", -1)  # no range plan, no per-message plan
     plans["filtered"] = {q: _hits(store, cid, q) for q in QUERIES}
     for q in QUERIES:
         chosen, filtered, each = (plans[p][q] for p in ("chosen", "filtered", "per message"))
-        # The range plan and the filtered one are the same SQL over a narrower walk.
+        # The range plans and the filtered one are the same SQL over a narrower walk.
         assert chosen == filtered, q
-        assert plans["chosen, thin"][q] in (filtered, each), q
+        assert plans["timed"][q] == filtered, q
         # Ranked in Python by the same BM25: the same hits, ranks equal to rounding
         # (a phrase is ranked by its words there, by its occurrences in FTS5).
         assert sorted(s for s, _, _ in each) == sorted(s for s, _, _ in filtered), q
@@ -79,27 +83,79 @@ def test_every_plan_finds_the_same_hits(store: Any, cid: str,
     assert plans["chosen"]["amber"] or cid == "missing"
 
 
-def test_the_range_plan_is_taken_only_where_the_messages_lie_close(
-        store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_search, "SCOPED_WALK", 10)  # "thin": 60 messages over 1,860 rows
+def _plans_taken(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The plans searches take from now on (``"statistics"``: the statistics read)."""
     taken: list[str] = []
     plans = {_search._SQLITE_IN_SPAN: "range", _search._SQLITE_IN_ONE: "filtered",
              _search._SQLITE_ONE: "per message"}
-    real = _search.fetch_raw
+    real_fetch, real_stats = _search.fetch_raw, _search._sqlite_stats
 
     def fetch(conn: Any, sql: str, params: Any) -> Any:
         if sql in plans:
             taken.append(plans[sql])
-        return real(conn, sql, params)
+        return real_fetch(conn, sql, params)
+
+    def stats(*args: Any) -> Any:
+        taken.append("statistics")
+        return real_stats(*args)
 
     monkeypatch.setattr(_search, "fetch_raw", fetch)
-    store.search("amber", conversation_id="dense")
-    store.search("amber", conversation_id="thin")
-    store.search("common", conversation_id="thin")
-    assert taken[0] == "range"
-    assert len(taken) == 3 and "range" not in taken[1:]
-    # a conversation over SCOPED_ROWS messages is not measured out: the statistics decide
+    monkeypatch.setattr(_search, "_sqlite_stats", stats)
+    return taken
+
+
+def test_which_plan_each_conversation_takes(store: Any,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_search, "SCOPED_WALK", 10)  # "thin": 60 messages over 1,860 rows
+    taken = _plans_taken(monkeypatch)
+    store.search("amber", conversation_id="dense")  # close together: the range, untimed
+    store.search("amber", conversation_id="thin")  # spread: the range, timed, in time
+    assert taken == ["range", "range"]
+    # out of time: the walk stops, the statistics are read, one lookup per message
+    monkeypatch.setattr(_search, "SCOPED_LOOKUP_SECONDS", 0.0)
+    monkeypatch.setattr(_search, "PROGRESS_STEPS", 1)
+    taken.clear()
+    assert _hits(store, "thin", "common")
+    assert taken == ["range", "statistics", "per message"]
+    # a conversation over SCOPED_ROWS messages: the filtered matches, no statistics read
     monkeypatch.setattr(_search, "SCOPED_ROWS", 30)  # "dense" holds 40
     taken.clear()
     store.search("amber", conversation_id="dense")
     assert taken == ["filtered"]
+
+
+def test_a_stopped_walk_leaves_the_connection_usable(
+        store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The interrupted statement ran inside the search's snapshot: later reads work,
+    and no progress handler is left on the pooled connection."""
+    monkeypatch.setattr(_search, "SCOPED_WALK", 0)
+    monkeypatch.setattr(_search, "SCOPED_LOOKUP_SECONDS", 0.0)
+    monkeypatch.setattr(_search, "PROGRESS_STEPS", 1)
+    stopped = _hits(store, "thin", "amber")
+    monkeypatch.undo()
+    assert stopped == _hits(store, "thin", "amber")
+    with store.engine.connect() as conn:
+        dbapi = conn.connection.dbapi_connection
+        long = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 50000) "
+        assert dbapi.execute(long + "SELECT count(*) FROM n").fetchone() == (50000,)
+
+
+async def test_the_async_store_takes_the_same_plans(
+        store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from memstore import AsyncMemoryStore
+
+    url = str(store.engine.url).replace("sqlite://", "sqlite+aiosqlite://", 1)
+    monkeypatch.setattr(_search, "SCOPED_WALK", 10)
+    async with AsyncMemoryStore(url, counter=FixedCounter()) as astore:
+        for query in QUERIES:
+            timed = [(h.message.seq, h.rank) for h in
+                     await astore.search(query, conversation_id="thin", limit=100)]
+            assert timed == [(s, r) for s, r, _ in _hits(store, "thin", query)], query
+        monkeypatch.setattr(_search, "SCOPED_LOOKUP_SECONDS", 0.0)
+        monkeypatch.setattr(_search, "PROGRESS_STEPS", 1)
+        taken = _plans_taken(monkeypatch)
+        stopped = [(h.message.seq, h.rank) for h in
+                   await astore.search("common", conversation_id="thin", limit=100)]
+        assert taken == ["range", "statistics", "per message"]
+        assert [s for s, _ in stopped] and sorted(s for s, _ in stopped) == sorted(
+            s for s, _, _ in _hits(store, "thin", "common"))

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 import re
+import sqlite3
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,8 +29,10 @@ from sqlalchemy import (
     text,
     true,
 )
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.sql import Select
 from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.util import await_only
 
 from memstore._db.filters import conversation_filter
 from memstore._db.rows import decode_raw, fetch_raw, to_stored
@@ -54,6 +58,12 @@ SCOPED_ROWS = 5_000
 #: walking this many postings of the query's rarest word (measured on 1,000,000
 #: messages: a lookup 60-100 µs, a posting about 0.2 µs).
 SCOPED_WALK = 400
+#: ... and when its messages lie further apart, the range is walked anyway, given as
+#: long as a lookup per message would take (this many seconds each; measured on
+#: 1,000,000 messages: 60-100 µs): a walk that runs out of time gives way to the lookups.
+SCOPED_LOOKUP_SECONDS = 50e-6
+#: How often (in SQLite virtual-machine steps) a timed walk checks its clock.
+PROGRESS_STEPS = 1_000
 #: Hits' context ranges per statement.
 CONTEXT_CHUNK = 200
 #: BM25's parameters (FTS5's own).
@@ -185,17 +195,10 @@ def _sqlite_ranked(conn: Connection, request: SearchRequest) -> tuple[Ranked, bo
     ids = request.conversation_ids
     fts5 = request.query.fts5()
     if ids is not None and len(ids) == 1 and _simple(request):
-        # One conversation of at most SCOPED_ROWS messages: where they lie close together
-        # in the table (rowids within SCOPED_WALK times their number), the index's matches
-        # in that rowid range are a walk no longer than the lookups of the scoped path: no
-        # statistics needed. Finding the range reads at most SCOPED_ROWS + 1 index entries.
-        ((low, high, size),) = fetch_raw(conn, _SQLITE_SPAN, (ids[0], max(SCOPED_ROWS, 0) + 1))
-        if not size:
-            return [], False
-        if size <= SCOPED_ROWS and high - low < SCOPED_WALK * size:
-            rows = fetch_raw(conn, _SQLITE_IN_SPAN, (fts5, low, high, ids[0], request.limit))
-            return ([(decode_raw(r[:_WIDTH], "sqlite", r[_WIDTH]), -float(r[_WIDTH + 1]))
-                     for r in rows], bool(rows and rows[0][-1]))
+        found = _sqlite_one(conn, request, ids[0], fts5)
+        if found is not None:
+            return found
+        return _sqlite_scoped(conn, request, _sqlite_stats(conn, ids, sorted(request.query.keys)))
     if ids is not None:
         stats = _sqlite_stats(conn, ids, sorted(request.query.keys))
         if stats.scope <= SCOPED_ROWS and (stats.stemmed or _postings(request, stats)
@@ -221,6 +224,74 @@ def _sqlite_ranked(conn: Connection, request: SearchRequest) -> tuple[Ranked, bo
     ).all()
     return ([(to_stored(row[:-2]), -float(row[-2])) for row in rows],
             bool(rows and rows[0][-1]))
+
+
+def _sqlite_one(conn: Connection, request: SearchRequest, cid: str,
+                fts5: str) -> tuple[Ranked, bool] | None:
+    """A search of one conversation, with no other filter (the common shape).
+
+    The conversation's rowid range is read first (at most ``SCOPED_ROWS + 1`` index
+    entries, no statistics):
+
+    * over ``SCOPED_ROWS`` messages: the index's matches filtered to it;
+    * its messages close together (the range under ``SCOPED_WALK`` times their
+      number): the index's matches in that range, a walk no longer than the lookups
+      of the per-message plan;
+    * spread further apart (written among many other conversations): the same walk,
+      timed; it usually ends far sooner than the lookups would (the query's words are
+      rarer than the range's messages are many). Given as long as the lookups would
+      take and not done by then, it stops and the per-message plan runs: at worst
+      about twice that plan's time.
+
+    ``None``: the walk ran out of time; the caller runs the per-message plan.
+    """
+    ((low, high, size),) = fetch_raw(conn, _SQLITE_SPAN, (cid, max(SCOPED_ROWS, 0) + 1))
+    if not size:
+        return [], False
+    if size > SCOPED_ROWS:
+        rows = fetch_raw(conn, _SQLITE_IN_ONE, (fts5, cid, request.limit))
+    else:
+        params = (fts5, low, high, cid, request.limit)
+        if high - low < SCOPED_WALK * size:
+            rows = fetch_raw(conn, _SQLITE_IN_SPAN, params)
+        else:
+            timed = _timed(conn, _SQLITE_IN_SPAN, params, size * SCOPED_LOOKUP_SECONDS)
+            if timed is None:
+                return None
+            rows = timed
+    return ([(decode_raw(r[:_WIDTH], "sqlite", r[_WIDTH]), -float(r[_WIDTH + 1]))
+             for r in rows], bool(rows and rows[0][-1]))
+
+
+def _timed(conn: Connection, sql: str, params: Any, seconds: float) -> Sequence[Any] | None:
+    """``sql``'s rows, or ``None`` when it ran longer than ``seconds`` (it is stopped).
+
+    A SQLite progress handler checks the clock every `PROGRESS_STEPS` steps; returning
+    true makes SQLite stop the statement with ``SQLITE_INTERRUPT``. A read is only
+    stopped, nothing is rolled back: the caller's snapshot stays open for its next
+    statement.
+    """
+    deadline = time.perf_counter() + seconds
+    clock = time.perf_counter
+
+    def late() -> bool:
+        return clock() > deadline
+
+    aiosqlite = conn.connection.driver_connection if conn.dialect.driver == "aiosqlite" else None
+    if aiosqlite is not None:
+        def handle(handler: Any, steps: int) -> None:
+            await_only(aiosqlite.set_progress_handler(handler, steps))
+    else:
+        handle = conn.connection.dbapi_connection.set_progress_handler  # type: ignore[union-attr]
+    handle(late, PROGRESS_STEPS)
+    try:
+        return fetch_raw(conn, sql, params)
+    except (sa_exc.OperationalError, sqlite3.OperationalError) as exc:
+        if "interrupted" not in str(getattr(exc, "orig", exc)):
+            raise
+        return None
+    finally:
+        handle(None, 0)
 
 
 #: SQLite: the matches of the whole index, filtered to one conversation (when the
