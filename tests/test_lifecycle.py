@@ -149,6 +149,30 @@ async def test_keyset_pages_by_id_and_by_recency(store: Any) -> None:
         await call(store.list_conversations(order="newest"))
 
 
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8)
+                     | st.floats(allow_nan=False), lambda inner: st.lists(inner, max_size=3)
+                     | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=8)
+
+
+@given(value=_JSON, before=st.sampled_from(["", " ", "\n\t"]),
+       after=st.sampled_from(["", " ", "\n", " x", "}"]))
+@settings(max_examples=examples(200))
+def test_stored_json_decodes_as_json_loads_decodes_it(value: Any, before: str,
+                                                      after: str) -> None:
+    """The listing's shortcut past `json.loads` (for text as memstore writes it) gives
+    what `json.loads` gives, its errors included."""
+    from memstore._db.rows import _json_object
+
+    text_ = before + json.dumps(value) + after
+    try:
+        expected: Any = json.loads(text_)
+    except ValueError as exc:
+        with pytest.raises(type(exc)):
+            _json_object(text_)
+    else:
+        assert _json_object(text_) == expected
+
+
 async def test_listed_conversations_read_back_as_get_conversation_reads_them(
         store: Any) -> None:
     """The listing's own decoding (precompiled, on the driver) against the ORM path's."""

@@ -32,7 +32,7 @@ from sqlalchemy import (
 from memstore._db import search as _search
 from memstore._db.filters import conversation_filter, filter_params, filter_shape, shaped_filter
 from memstore._db.ops import conversation_row, delete_contents
-from memstore._db.rows import conversation_from_raw, fetch_raw, to_conversation, utcnow
+from memstore._db.rows import conversations_from_raw, fetch_raw, to_conversation, utcnow
 from memstore._db.schema import UTCDateTime, audit, conversations, messages, summaries
 from memstore._db.search import purge_deleted
 from memstore._db.statements import CompiledSQL, new_epoch, sum_tokens
@@ -110,7 +110,7 @@ class Listing:
         return out
 
 
-#: The columns a listing reads (`memstore._db.rows.conversation_from_raw` decodes them).
+#: The columns a listing reads (`memstore._db.rows.conversations_from_raw` decodes them).
 LISTING_COLUMNS = (C.id, C.created_at, C.updated_at, C.metadata, C.first_seq, C.last_seq,
                    C.token_count, C.expires_at, C.parent_id, C.forked_at_seq)
 
@@ -159,9 +159,8 @@ def list_conversations(conn: Connection, listing: Listing, order: Order, limit: 
         values["after_updated"], values["after_id"] = after
     else:
         values["after_id"] = after
-    dialect = conn.dialect.name
-    return [conversation_from_raw(row, dialect)
-            for row in fetch_raw(conn, compiled.sql, compiled.params(values))]
+    return conversations_from_raw(fetch_raw(conn, compiled.sql, compiled.params(values)),
+                                  conn.dialect.name)
 
 
 def count_conversations(conn: Connection, listing: Listing) -> int:

@@ -11,8 +11,9 @@ import json
 import os
 import secrets
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone, tzinfo
+from json.scanner import make_scanner
 from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -286,36 +287,65 @@ def to_conversation(row: Row[Any]) -> Conversation:
 def _conversation(cid: str, created_at: datetime, updated_at: datetime, meta: Any, first: Any,
                   last: Any, tokens: Any, expires_at: datetime | None, parent: str | None,
                   forked: Any) -> Conversation:
-    """A Conversation from its row's decoded values (no validation: they are stored)."""
+    """A Conversation from its row's decoded values (no validation: they are stored).
+
+    The integer columns come back as ints from both drivers.
+    """
     return build_trusted(Conversation, {
         "id": cid, "created_at": created_at, "updated_at": updated_at,
         "metadata": meta if meta is not None else {},
-        "message_count": int(last) - int(first) + 1, "token_count": int(tokens),
-        "expires_at": expires_at, "parent_id": parent,
-        "forked_at_seq": None if forked is None else int(forked),
+        "message_count": last - first + 1, "token_count": tokens,
+        "expires_at": expires_at, "parent_id": parent, "forked_at_seq": forked,
     })
 
 
-def conversation_from_raw(row: Sequence[Any], dialect: str) -> Conversation:
-    """A Conversation from a row of ``LISTING_COLUMNS``, as the driver returned it.
+def conversations_from_raw(rows: Sequence[Sequence[Any]], dialect: str) -> list[Conversation]:
+    """Conversations from rows of ``LISTING_COLUMNS``, as the driver returned them.
 
     See `decode_raw()`: SQLite's JSON text and naive UTC text, or psycopg's decoded
-    values (``LISTING_COLUMNS`` is in ``memstore._db.lifecycle``).
+    values (``LISTING_COLUMNS`` is in ``memstore._db.lifecycle``). A listing is a hot
+    read: the loop keeps its work per row to the decoding itself.
     """
-    (cid, created_at, updated_at, meta, first, last, tokens, expires_at, parent,
-     forked) = row
+    out = []
+    build = _conversation
     if dialect == "sqlite":
-        created_at, updated_at = sqlite_time(created_at), sqlite_time(updated_at)
-        if expires_at is not None:
-            expires_at = sqlite_time(expires_at)
-        if meta is not None:
-            meta = json.loads(meta)
-    else:
-        created_at, updated_at = as_utc(created_at), as_utc(updated_at)
-        if expires_at is not None:
-            expires_at = as_utc(expires_at)
-    return _conversation(cid, created_at, updated_at, meta, first, last, tokens, expires_at,
-                         parent, forked)
+        when, meta_of, parse, size = sqlite_time, _json_object, _fromisoformat, _SQLITE_TIME_LENGTH
+        for (cid, created_at, updated_at, meta, first, last, tokens, expires_at, parent,
+             forked) in rows:
+            # memstore's own timestamp text parsed in line (as `sqlite_time` parses it)
+            created_at = (parse(created_at + "+00:00") if type(created_at) is str
+                          and len(created_at) == size else when(created_at))
+            updated_at = (parse(updated_at + "+00:00") if type(updated_at) is str
+                          and len(updated_at) == size else when(updated_at))
+            out.append(build(cid, created_at, updated_at,
+                             None if meta is None else meta_of(meta), first, last, tokens,
+                             None if expires_at is None else when(expires_at), parent, forked))
+        return out
+    utc = as_utc
+    for (cid, created_at, updated_at, meta, first, last, tokens, expires_at, parent,
+         forked) in rows:
+        out.append(build(cid, utc(created_at), utc(updated_at), meta, first, last, tokens,
+                         None if expires_at is None else utc(expires_at), parent, forked))
+    return out
+
+
+_scan_json: Callable[[str, int], tuple[Any, int]] = make_scanner(
+    json.JSONDecoder())  # type: ignore[arg-type]  # typeshed types it as its own class
+
+
+def _json_object(text: str) -> Any:
+    """Stored JSON text, decoded.
+
+    `json.loads` minus its checks when ``text`` is as memstore writes it (no whitespace
+    around the value); anything else goes through `json.loads` itself.
+    """
+    try:
+        value, end = _scan_json(text, 0)
+        if end == len(text):
+            return value
+    except (StopIteration, ValueError, TypeError):
+        pass
+    return json.loads(text)  # a value written by hand: json's own errors and rules
 
 
 def fetch_raw(conn: Connection, sql: str, params: Any) -> Sequence[Any]:
