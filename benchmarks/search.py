@@ -457,10 +457,12 @@ def _writes(args: argparse.Namespace, db: str, corpus: Corpus, workdir: Path) ->
     e_on, e_off = _alternate(extend_pairs, 1)
     for store in stores:
         store.close()
+    engine = _engine_writes(db, urls[0], workdir, warm, singles[:300], batches[:30])
     if db == "postgresql" and not args.keep_dbs:
         for name in names:
             _drop_postgres(args, f"memstore_bench_search_{name}")
     return {
+        **engine,
         "append_with_index_us": round(statistics.median(on) * 1e6),
         "append_without_index_us": round(statistics.median(off) * 1e6),
         "append_ratio": round(statistics.median(on) / statistics.median(off), 2),
@@ -468,6 +470,104 @@ def _writes(args: argparse.Namespace, db: str, corpus: Corpus, workdir: Path) ->
         "extend100_without_index_ms": round(statistics.median(e_off) * 1e3, 2),
         "extend100_ratio": round(statistics.median(e_on) / statistics.median(e_off), 2),
     }
+
+
+def _text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    return content if isinstance(content, str) else json.dumps(message.get("tool_calls"))
+
+
+def _engine_writes(db: str, url_on: str, workdir: Path, warm: list[list[dict[str, Any]]],
+                   singles: list[dict[str, Any]],
+                   batches: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    """The database's own cost of indexing the same rows, without memstore.
+
+    A bare table of ``(id, conversation_id, body)`` rows, with the same index as
+    memstore's and without it: on SQLite an FTS5 table of the same tokenizer over it as
+    external content, filled by a trigger; on PostgreSQL a stored generated
+    ``tsvector`` (the same configuration and separator folding) with a GIN index. One
+    committed ``INSERT`` of a row (append) or of 100 rows (extend), timed alternately.
+    What the index adds here is what any index kept in the same transaction adds.
+    """
+    conns = _engine_tables(db, url_on, workdir)
+    counter = itertools.count()
+
+    def insert(conn: Any, messages: list[dict[str, Any]]) -> Callable[[], None]:
+        rows = [(f"c-{next(counter) % 50}", _text(m)) for m in messages]
+        mark = "?" if db == "sqlite" else "%s"
+        sql = ("INSERT INTO bench_m (conversation_id, body) VALUES "
+               + ", ".join([f"({mark}, {mark})"] * len(rows)))
+        flat = [value for row in rows for value in row]
+
+        def run() -> None:
+            if db == "sqlite":
+                conn.execute("BEGIN")
+                conn.execute(sql, flat)
+                conn.execute("COMMIT")
+            else:
+                with conn.transaction():
+                    conn.execute(sql, flat)
+        return run
+
+    for conn in conns:
+        for messages in warm:
+            insert(conn, messages)()
+    on, off = _alternate([(insert(conns[0], [m]), insert(conns[1], [m])) for m in singles], 1)
+    e_on, e_off = _alternate([(insert(conns[0], b), insert(conns[1], b)) for b in batches], 1)
+    for conn in conns:
+        conn.close()
+    return {
+        "engine_append_with_index_us": round(statistics.median(on) * 1e6),
+        "engine_append_without_index_us": round(statistics.median(off) * 1e6),
+        "engine_append_ratio": round(statistics.median(on) / statistics.median(off), 2),
+        "engine_extend100_with_index_ms": round(statistics.median(e_on) * 1e3, 2),
+        "engine_extend100_without_index_ms": round(statistics.median(e_off) * 1e3, 2),
+        "engine_extend100_ratio": round(statistics.median(e_on) / statistics.median(e_off), 2),
+    }
+
+
+def _engine_tables(db: str, url_on: str, workdir: Path) -> list[Any]:
+    """Two driver connections, to a bare table with the index and to one without it."""
+    if db == "sqlite":
+        import sqlite3
+
+        from memstore._db.search import _tokenizer
+
+        conns = []
+        for name, indexed in (("engine_on", True), ("engine_off", False)):
+            path = workdir / f"{name}_{uuid.uuid4().hex[:6]}.db"
+            conn = sqlite3.connect(path, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")  # as durability="normal"
+            conn.execute("CREATE TABLE bench_m (id INTEGER PRIMARY KEY, conversation_id TEXT "
+                         "NOT NULL, body TEXT)")
+            if indexed:
+                conn.execute("CREATE VIRTUAL TABLE bench_f USING fts5(body, content='bench_m', "
+                             f"content_rowid='id', tokenize='{_tokenizer('simple')}')")
+                conn.execute("CREATE TRIGGER bench_i AFTER INSERT ON bench_m BEGIN INSERT INTO "
+                             "bench_f(rowid, body) VALUES (NEW.id, NEW.body); END")
+            conns.append(conn)
+        return conns
+    import psycopg
+
+    from memstore._db.engine import sync_url
+
+    url = sync_url(url_on)
+    conns = []
+    for indexed in (True, False):
+        conn = psycopg.connect(host=url.host, port=url.port, user=url.username,
+                               dbname=url.database, autocommit=True)
+        table = "bench_m_on" if indexed else "bench_m_off"
+        conn.execute(f"DROP TABLE IF EXISTS {table}")
+        document = (", document tsvector GENERATED ALWAYS AS (to_tsvector('simple', "
+                    "memstore_search_fold(coalesce(body, '')))) STORED" if indexed else "")
+        conn.execute(f"CREATE TABLE {table} (id bigserial PRIMARY KEY, conversation_id text "
+                     f"NOT NULL, body text{document})")
+        if indexed:
+            conn.execute(f"CREATE INDEX ON {table} USING gin (document)")
+        conn.execute(f"CREATE OR REPLACE TEMP VIEW bench_m AS SELECT * FROM {table}")
+        conns.append(conn)
+    return conns
 
 
 # ---- report --------------------------------------------------------------------------------
@@ -511,6 +611,16 @@ def table(results: list[dict[str, Any]], command: str) -> str:
     row("extend of 100: with / without",
         lambda r: f"{r['extend100_with_index_ms']} / {r['extend100_without_index_ms']} ms "
                   f"({r['extend100_ratio']}×)")
+    row("the database alone (no memstore), one row: with the index / without",
+        lambda r: f"{r['engine_append_with_index_us']} / {r['engine_append_without_index_us']} "
+                  f"µs (+{r['engine_append_with_index_us'] - r['engine_append_without_index_us']}"
+                  " µs)" if "engine_append_ratio" in r else "—")
+    def engine_extend(r: dict[str, Any]) -> str:
+        on, off = r["engine_extend100_with_index_ms"], r["engine_extend100_without_index_ms"]
+        return f"{on} / {off} ms (+{on - off:.2f} ms)"
+
+    row("the database alone, 100 rows: with the index / without",
+        lambda r: engine_extend(r) if "engine_extend100_ratio" in r else "—")
     row("index size per message", lambda r: f"{r['index_bytes_per_message']:.0f} bytes")
     row("backfill (migration 0005)",
         lambda r: f"{r['backfill_s']} s ({r['backfill_per_message_us']} µs per message)")
