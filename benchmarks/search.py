@@ -461,14 +461,20 @@ def _writes(args: argparse.Namespace, db: str, corpus: Corpus, workdir: Path) ->
     if db == "postgresql" and not args.keep_dbs:
         for name in names:
             _drop_postgres(args, f"memstore_bench_search_{name}")
+    return {**engine, **_costs("", on, off, e_on, e_off)}
+
+
+def _costs(prefix: str, on: list[float], off: list[float], e_on: list[float],
+           e_off: list[float]) -> dict[str, Any]:
+    """Medians of appends and extends with the index and without it, and their ratios."""
+    median = statistics.median
     return {
-        **engine,
-        "append_with_index_us": round(statistics.median(on) * 1e6),
-        "append_without_index_us": round(statistics.median(off) * 1e6),
-        "append_ratio": round(statistics.median(on) / statistics.median(off), 2),
-        "extend100_with_index_ms": round(statistics.median(e_on) * 1e3, 2),
-        "extend100_without_index_ms": round(statistics.median(e_off) * 1e3, 2),
-        "extend100_ratio": round(statistics.median(e_on) / statistics.median(e_off), 2),
+        f"{prefix}append_with_index_us": round(median(on) * 1e6),
+        f"{prefix}append_without_index_us": round(median(off) * 1e6),
+        f"{prefix}append_ratio": round(median(on) / median(off), 2),
+        f"{prefix}extend100_with_index_ms": round(median(e_on) * 1e3, 2),
+        f"{prefix}extend100_without_index_ms": round(median(e_off) * 1e3, 2),
+        f"{prefix}extend100_ratio": round(median(e_on) / median(e_off), 2),
     }
 
 
@@ -516,14 +522,7 @@ def _engine_writes(db: str, url_on: str, workdir: Path, warm: list[list[dict[str
     e_on, e_off = _alternate([(insert(conns[0], b), insert(conns[1], b)) for b in batches], 1)
     for conn in conns:
         conn.close()
-    return {
-        "engine_append_with_index_us": round(statistics.median(on) * 1e6),
-        "engine_append_without_index_us": round(statistics.median(off) * 1e6),
-        "engine_append_ratio": round(statistics.median(on) / statistics.median(off), 2),
-        "engine_extend100_with_index_ms": round(statistics.median(e_on) * 1e3, 2),
-        "engine_extend100_without_index_ms": round(statistics.median(e_off) * 1e3, 2),
-        "engine_extend100_ratio": round(statistics.median(e_on) / statistics.median(e_off), 2),
-    }
+    return _costs("engine_", on, off, e_on, e_off)
 
 
 def _engine_tables(db: str, url_on: str, workdir: Path) -> list[Any]:

@@ -3,7 +3,7 @@
 `search` runs one request. The common shapes (every conversation, or one, without
 other filters) are precompiled SQL run on the driver's cursor, rows decoded as the
 window decodes them; the others are built with SQLAlchemy. On SQLite a search of one
-conversation picks among three plans (see `_sqlite_ranked`); on PostgreSQL the
+conversation picks among three plans (see `_sqlite_one`); on PostgreSQL the
 ``tsvector`` side table is searched and joined back to the messages by key.
 """
 
@@ -50,17 +50,18 @@ __all__ = ["search"]
 
 # ---- searching ---------------------------------------------------------------------------
 
-#: SQLite: a search scoped to conversations holding at most this many messages walks
-#: them (one FTS5 lookup per message) instead of the whole index's matches; its hits are
+#: SQLite: a search scoped to conversations holding at most this many messages may walk
+#: them (one FTS5 lookup per message) instead of the index's matches; its hits are then
 #: ranked here, by the BM25 FTS5 computes (the same formula, over the same statistics).
 SCOPED_ROWS = 5_000
-#: ... when the index walk would be longer: a lookup per message costs about as much as
-#: walking this many postings of the query's rarest word (measured on 1,000,000
-#: messages: a lookup 60-100 µs, a posting about 0.2 µs).
+#: A lookup per message costs about as much as walking this many postings (measured on
+#: 1,000,000 messages: a lookup 60-100 µs, a posting about 0.2 µs): one conversation's
+#: messages whose rows lie within this many times their number are walked untimed, and
+#: several conversations take the lookups when the query's rarest word has more matches.
 SCOPED_WALK = 400
-#: ... and when its messages lie further apart, the range is walked anyway, given as
-#: long as a lookup per message would take (this many seconds each; measured on
-#: 1,000,000 messages: 60-100 µs): a walk that runs out of time gives way to the lookups.
+#: One conversation's messages lying further apart are walked timed: given this many
+#: seconds per message (about a lookup's time), a walk that runs out of time gives way to
+#: the lookups.
 SCOPED_LOOKUP_SECONDS = 50e-6
 #: How often (in SQLite virtual-machine steps) a timed walk checks its clock.
 PROGRESS_STEPS = 1_000
