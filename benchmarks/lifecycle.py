@@ -297,7 +297,7 @@ def _floor(db: Database) -> tuple[Callable[[str], list[tuple[Any, ...]]], Callab
     """The raw floor: the driver's own connection, the hand-written query, tuples back."""
     if db.kind == "sqlite":
         assert db.path is not None
-        conn = sqlite3.connect(db.path)
+        conn = _driver(db.url).get("module", sqlite3).connect(db.path)
         sql = FLOOR_SQL.format(p="?")
         return (lambda user: conn.execute(sql, ("user_id", user)).fetchall()), conn.close
     import psycopg
@@ -336,7 +336,7 @@ def bench_list(db: Database, pairs: int) -> dict[str, Any]:
     started = time.perf_counter()
     load(db, rows, None, rng)
     _log(f"  {LIST_CONVERSATIONS:,} conversations written in {time.perf_counter() - started:.1f} s")
-    store = MemoryStore(db.url, counter=FixedCounter())
+    store = MemoryStore(db.url, counter=FixedCounter(), **_driver(db.url))
     floor, close = _floor(db)
     try:
         sample = [rng.choice(users) for _ in range(pairs + 50)]
@@ -461,12 +461,37 @@ def _peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
+#: The environment variable naming the DBAPI module the SQLite workers use (set by
+#: ``--sqlite-module``; default the standard library's sqlite3).
+SQLITE_MODULE = "MEMSTORE_BENCH_SQLITE_MODULE"
+
+
+def _driver(url: str) -> dict[str, Any]:
+    """The store's ``module=`` for a SQLite worker given ``--sqlite-module``, else nothing."""
+    name = os.environ.get(SQLITE_MODULE)
+    if not name or not url.startswith("sqlite"):
+        return {}
+    import importlib
+
+    return {"module": importlib.import_module(name)}
+
+
+def _sqlite_version() -> str:
+    """The SQLite the workers run: ``--sqlite-module``'s, else the standard library's."""
+    name = os.environ.get(SQLITE_MODULE)
+    if not name:
+        return sqlite3.sqlite_version
+    import importlib
+
+    return f"{importlib.import_module(name).sqlite_version} (through {name})"
+
+
 def run_worker(kind: str, url: str) -> dict[str, Any]:
     """One measurement in this (fresh) process."""
     from memstore import MemoryStore
     from memstore.tokens import FixedCounter
 
-    store = MemoryStore(url, counter=FixedCounter())
+    store = MemoryStore(url, counter=FixedCounter(), **_driver(url))
     store.count_conversations()  # connected, statements compiled
     opened = _rss_mib()
     try:
@@ -520,7 +545,7 @@ def machine(pg_url: str, dbs: list[str]) -> dict[str, Any]:
         engine.dispose()
     load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-            "sqlite": sqlite3.sqlite_version, "postgresql": pg, "load_1min": load1,
+            "sqlite": _sqlite_version(), "postgresql": pg, "load_1min": load1,
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d")}
 
 
@@ -606,12 +631,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", type=Path, default=None,
                         help="also write the markdown section to this file")
     parser.add_argument("--keep-dbs", action="store_true", help="keep the databases")
+    parser.add_argument("--sqlite-module", default=None,
+                        help="the DBAPI module SQLite's prune, forget and fork run on, e.g. "
+                        "pysqlite3.dbapi2 for a newer SQLite (default: sqlite3)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         print(json.dumps(run_worker(args.worker, args.url)))
         return 0
+    if args.sqlite_module:
+        os.environ[SQLITE_MODULE] = args.sqlite_module  # the workers inherit it
     mode = "full" if args.full else "quick"
     aliases = {"sqlite": "sqlite", "postgres": "postgresql", "postgresql": "postgresql"}
     dbs = [aliases[d.strip()] for d in args.db.split(",") if d.strip()]

@@ -233,6 +233,15 @@ _LOST_STATES = ("57P01", "57P02", "57P03")
 _BUSY_STATES = ("40001", "40P01", "55P03", "53300")
 
 
+#: SQLite before 3.42 meeting a search index a newer SQLite deleted from in place.
+_NEWER_INDEX = (
+    "the database's search index was last written by SQLite 3.42 or newer (memstore's "
+    "forget deletes from it in place there), and this SQLite cannot read it ({}). Fix: "
+    "rebuild it here with `memstore search --rebuild-index --url <database url>` (or "
+    "memstore.migrate.rebuild_search_index()), or use a Python whose sqlite3 has SQLite "
+    "3.42 or newer")
+
+
 def _sqlstate(orig: object) -> str:
     """The driver exception's SQLSTATE (psycopg: ``sqlstate``; others: ``pgcode``), or ""."""
     code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
@@ -259,6 +268,8 @@ def translate_db_errors() -> Iterator[None]:
         state = _sqlstate(exc.orig)
         if state in _BUSY_STATES or any(marker in text for marker in _BUSY_MARKERS):
             raise DatabaseBusyError(f"the database is busy: {exc.orig}") from exc
+        if "invalid fts5 file format" in text:
+            raise ConfigurationError(_NEWER_INDEX.format(exc.orig)) from exc
         if (exc.connection_invalidated or state.startswith("08") or state in _LOST_STATES
                 or any(marker in text for marker in _LOST_MARKERS)):
             raise ConnectionLostError(

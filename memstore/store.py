@@ -412,9 +412,11 @@ class MemoryStore:
         [lifecycle](lifecycle.md) for what each database keeps until it reclaims space.
 
         On SQLite the deletes run with ``secure_delete`` (freed content is overwritten
-        with zeros) and a truncating WAL checkpoint follows, so the text can no longer
-        be read from the database file or its WAL (unless another connection holds an
-        old snapshot at that moment; it is reclaimed at the next checkpoint). On
+        with zeros; memstore's connections always have it on), the full-text index
+        drops the messages' words (in place from SQLite 3.42, else by merging the whole
+        index), and a truncating WAL checkpoint follows, so the text can no longer be
+        read from the database file or its WAL (unless another connection holds an old
+        snapshot at that moment; it is reclaimed at the next checkpoint). On
         PostgreSQL, ``vacuum=True`` runs ``VACUUM`` on memstore's tables afterwards.
 
         Args:

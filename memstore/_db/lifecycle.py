@@ -34,7 +34,7 @@ from memstore._db.filters import conversation_filter, filter_params, filter_shap
 from memstore._db.ops import conversation_row, delete_contents
 from memstore._db.rows import conversations_from_raw, fetch_raw, to_conversation, utcnow
 from memstore._db.schema import UTCDateTime, audit, conversations, messages, summaries
-from memstore._db.search import purge_deleted
+from memstore._db.search import delete_in_place, end_in_place, purge_deleted
 from memstore._db.statements import CompiledSQL, new_epoch, sum_tokens
 from memstore._db.statements import update_conversation as update_row
 from memstore._validate import WhereValue, check_json, check_json_size
@@ -303,12 +303,17 @@ def forget_counts(conn: Connection, where: Mapping[str, WhereValue] | None,
                   ids: list[str] | None) -> tuple[int, int, None]:
     """What `forget` would delete, deleting nothing: ``(conversations, messages, None)``."""
     targets = selected_ids(conn, where, ids)
-    messages_ = 0
+    return len(targets), _messages_of(conn, targets), None
+
+
+def _messages_of(conn: Connection, targets: list[str]) -> int:
+    """How many messages the conversations ``targets`` hold."""
+    total = 0
     for start in range(0, len(targets), 1000):
-        messages_ += int(conn.execute(
+        total += int(conn.execute(
             select(func.coalesce(func.sum(C.last_seq - C.first_seq + 1), 0))
             .where(C.id.in_(targets[start:start + 1000]))).scalar_one())
-    return len(targets), messages_, None
+    return total
 
 
 def forget(conn: Connection, where: Mapping[str, WhereValue] | None, ids: list[str] | None,
@@ -316,8 +321,10 @@ def forget(conn: Connection, where: Mapping[str, WhereValue] | None, ids: list[s
     """Delete the selected conversations and their forks; append the audit entry.
 
     Returns ``(conversations, messages, audit entry id)``. On SQLite the deletes run
-    with ``secure_delete``, which overwrites the freed content with zeros, and the
-    full-text index is merged so no segment keeps the deleted messages' words.
+    with ``secure_delete``, which overwrites the freed content with zeros, and no
+    segment of the full-text index keeps the deleted messages' words: FTS5 removes them
+    in place from SQLite 3.42 when they are few beside the index
+    (`memstore._db.search.delete_in_place`), else the whole index is merged afterwards.
     """
     sqlite = conn.dialect.name == "sqlite"
     previous = None
@@ -326,16 +333,20 @@ def forget(conn: Connection, where: Mapping[str, WhereValue] | None, ids: list[s
         conn.exec_driver_sql("PRAGMA secure_delete=ON")
     try:
         targets = selected_ids(conn, where, ids)
+        # SQLite's full-text index keeps a deleted message's words in older segments
+        # until they merge. From SQLite 3.42 FTS5 can delete a few in place; else the
+        # whole index is merged afterwards (secure_delete zeroes the pages either leaves).
+        in_place = sqlite and delete_in_place(conn, _messages_of(conn, targets))
         deleted_messages = 0
         for cid in targets:
             row = conversation_row(conn, cid, for_update=True)
             deleted_messages += int(row.last_seq) - int(row.first_seq) + 1
             delete_contents(conn, cid, row)
             conn.execute(delete(conversations).where(C.id == cid))
-        # SQLite's full-text index keeps a deleted message's words in older segments
-        # until they merge: merge them now, so the words go too (secure_delete zeroes
-        # the pages they leave).
-        purge_deleted(conn)
+        if in_place:
+            end_in_place(conn)
+        else:
+            purge_deleted(conn)
         entry = conn.execute(insert(audit).values(
             at=utcnow(), operation="forget", selector_digest=digest,
             conversations=len(targets), messages=deleted_messages, reason=reason,

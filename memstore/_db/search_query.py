@@ -37,7 +37,7 @@ from sqlalchemy.util import await_only
 from memstore._db.filters import conversation_filter
 from memstore._db.rows import decode_raw, fetch_raw, to_stored
 from memstore._db.schema import messages
-from memstore._db.search import INDEX, VOCABULARY, missing_index, side
+from memstore._db.search import INDEX, VOCABULARY, averages, missing_index, side
 from memstore._db.statements import MESSAGE_COLUMNS
 from memstore.models import StoredMessage
 from memstore.search import (
@@ -349,7 +349,7 @@ def _sqlite_stats(conn: Connection, ids: Sequence[str], keys: list[str]) -> _Sta
         elif kind == "p":
             stats.stemmed = bool(value)
         elif kind == "a":
-            stats.rows, stats.tokens = _averages(value)
+            stats.rows, stats.tokens = averages(value)
         else:
             stats.frequency[kind[1:]] = int(value)
     return stats
@@ -439,32 +439,6 @@ def _bm25(found: list[StoredMessage], request: SearchRequest, stats: _Stats) -> 
                     tf + BM25_K1 * (1 - BM25_B + BM25_B * length / average))
         scores.append(score)
     return scores
-
-
-def _averages(block: Any) -> tuple[int, int]:
-    """FTS5's averages record: (rows indexed, tokens indexed)."""
-    if not block:
-        return 0, 0
-    values: list[int] = []
-    data, i = bytes(block), 0
-    while i < len(data) and len(values) < 2:
-        value, i = _varint(data, i)
-        values.append(value)
-    values += [0, 0]
-    return values[0], values[1]
-
-
-def _varint(data: bytes, i: int) -> tuple[int, int]:
-    """SQLite's variable-length integer at ``data[i:]``: (value, next index)."""
-    value = 0
-    for n in range(9):
-        byte = data[i + n]
-        if n == 8:
-            return (value << 8) | byte, i + 9
-        value = (value << 7) | (byte & 0x7F)
-        if not byte & 0x80:
-            return value, i + n + 1
-    return value, i + 9  # pragma: no cover - the loop returns
 
 
 def _postgresql_search(conn: Connection, request: SearchRequest) -> tuple[Ranked, bool]:
