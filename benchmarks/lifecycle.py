@@ -27,7 +27,10 @@ What is measured, per database:
   conversations of 1,000 messages (100,000 messages), beside other users'
   conversations of 100 messages: 200 of them (quick), 9,000 (``--full``: the subject
   is a tenth of a store of 1,000,000 messages); wall time in a fresh process, the
-  SQLite WAL checkpoint included (PostgreSQL without ``vacuum``).
+  SQLite WAL checkpoint included (PostgreSQL without ``vacuum``). Then, in the same
+  process, the forget of one other user's 100 messages (a person's few messages in a
+  large store: on SQLite 3.42 or newer, ``--sqlite-module``, deleted from the index in
+  place).
 * **fork**: ``fork`` of a 100,000-message conversation, three times (new ids) in a
   fresh process: microseconds per message copied (median), and the growth of the
   process's peak RSS during the first fork (the copy runs in the database; on SQLite
@@ -418,6 +421,7 @@ def bench_forget(kind: str, pg_url: str, keep: bool, others: int) -> dict[str, A
         db.drop()
     assert result["report"]["conversations"] == FORGET_CONVERSATIONS, result
     assert result["report"]["messages"] == FORGET_CONVERSATIONS * FORGET_MESSAGES, result
+    assert result["small_report"]["messages"] == FORGET_OTHER_MESSAGES, result
     return result
 
 
@@ -505,8 +509,12 @@ def run_worker(kind: str, url: str) -> dict[str, Any]:
             t0 = time.perf_counter()
             done = store.forget(where={"user_id": "subject"}, reason="benchmark")
             seconds = time.perf_counter() - t0
+            t0 = time.perf_counter()  # then one other user's few messages
+            small = store.forget(where={"user_id": "user-0000"}, reason="benchmark")
+            small_seconds = time.perf_counter() - t0
             return {"seconds": seconds, "report": done.model_dump(), "rss_open_mib": opened,
-                    "peak_rss_mib": _peak_mib()}
+                    "peak_rss_mib": _peak_mib(), "small_seconds": small_seconds,
+                    "small_report": small.model_dump()}
         if kind == "fork":
             from benchmarks.measure import MemoryPhase
 
@@ -603,6 +611,8 @@ def markdown(results: dict[str, Any]) -> str:
     others = FORGET_OTHERS[results["mode"]] * FORGET_OTHER_MESSAGES
     row("`forget(where={\"user_id\": subject})`: 100 conversations × 1,000 messages, beside "
         f"{others:,} other messages", lambda r: f"{r['forget']['seconds']:.2f} s")
+    row(f"then `forget` of one other user's {FORGET_OTHER_MESSAGES} messages",
+        lambda r: f"{r['forget']['small_seconds']:.2f} s")
     row("`fork` of a 100,000-message conversation",
         lambda r: f"{r['fork']['us_per_message']:.2f} µs/message "
                   f"({statistics.median(r['fork']['seconds']):.2f} s)")
