@@ -258,10 +258,11 @@ def _audit_entries(conn: Any, limit: int, after: int | None) -> list[AuditEntry]
             for row in _life.audit_log(conn, limit, after)]
 
 
-def reclaim_plan() -> Plan:
+def reclaim_plan(vacuum: bool) -> Plan:
     """After a forget: VACUUM (PostgreSQL) or a truncating WAL checkpoint (SQLite).
 
-    Run with no transaction open (``optimistic``: each statement autocommits), as
-    both statements require.
+    With ``vacuum`` on SQLite, a ``VACUUM`` of the database file comes first. Run with
+    no transaction open (``optimistic``: each statement autocommits), as these
+    statements require.
     """
-    return Plan(_life.reclaim, optimistic=True)
+    return Plan(_life.reclaim, (vacuum,), optimistic=True)

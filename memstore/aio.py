@@ -436,7 +436,7 @@ class AsyncMemoryStore:
         conversations, messages, entry = await self._execute(
             _lifecycle.forget_plan(where, conversation_ids, reason, dry_run))
         if not dry_run and (vacuum or self._engine.dialect.name == "sqlite"):
-            await self._execute(_lifecycle.reclaim_plan())
+            await self._execute(_lifecycle.reclaim_plan(vacuum))
         return ForgetReport(conversations=conversations, messages=messages, audit_id=entry,
                             dry_run=dry_run)
 

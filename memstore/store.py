@@ -416,14 +416,19 @@ class MemoryStore:
         drops the messages' words (in place from SQLite 3.42, else by merging the whole
         index), and a truncating WAL checkpoint follows, so the text can no longer be
         read from the database file or its WAL (unless another connection holds an old
-        snapshot at that moment; it is reclaimed at the next checkpoint). On
-        PostgreSQL, ``vacuum=True`` runs ``VACUUM`` on memstore's tables afterwards.
+        snapshot at that moment; it is reclaimed at the next checkpoint). With
+        ``vacuum=True``, a ``VACUUM`` follows: on PostgreSQL of memstore's tables, on
+        SQLite of the whole file (it also clears copies that writes made before
+        memstore turned ``secure_delete`` on may have left in free space: an older
+        memstore, or another program, on a SQLite built with it off).
 
         Args:
             where: metadata equality filter (as ``list_conversations``).
             conversation_ids: conversations to erase.
             reason: why (stored in the audit entry; keep personal data out of it).
-            vacuum: PostgreSQL: ``VACUUM`` memstore's tables after the delete.
+            vacuum: ``VACUUM`` after the delete (PostgreSQL: memstore's tables;
+                SQLite: the database file, which takes time and disk space in
+                proportion to the database).
             dry_run: delete nothing and record nothing: the report counts what would go
                 now (forks included), read from one snapshot.
 
@@ -435,7 +440,7 @@ class MemoryStore:
         conversations, messages, entry = self._execute(
             _lifecycle.forget_plan(where, conversation_ids, reason, dry_run))
         if not dry_run and (vacuum or self._engine.dialect.name == "sqlite"):
-            self._execute(_lifecycle.reclaim_plan())
+            self._execute(_lifecycle.reclaim_plan(vacuum))
         return ForgetReport(conversations=conversations, messages=messages, audit_id=entry,
                             dry_run=dry_run)
 

@@ -578,6 +578,47 @@ def test_forget_leaves_no_copy_in_the_sqlite_files(tmp_path: Path) -> None:
         store.close()
 
 
+def test_forget_with_vacuum_clears_what_writes_without_secure_delete_left(
+        tmp_path: Path) -> None:
+    """Rows written with ``secure_delete`` off (an older memstore, another program, a
+    SQLite built with it off) can leave copies in free space that no later delete
+    reaches; ``vacuum=True`` rewrites the file."""
+    from sqlalchemy import event
+
+    path = tmp_path / "m.db"
+    planted = "zq-planted-" + "8" * 12
+    before = MemoryStore(f"sqlite:///{path}", counter=FixedCounter())
+    event.listen(before.engine, "connect",
+                 lambda dbapi, _record: dbapi.execute("PRAGMA secure_delete=OFF"))
+    before.engine.dispose()
+    try:
+        for i in range(3):
+            before.create_conversation(f"x{i}", {"user_id": "u1"})
+            before.extend(f"x{i}", [Message.user(f"{planted} ({i}, {j}) " + "words " * 30)
+                                    for j in range(60)])
+            before.extend(f"other{i}", [Message.user("unrelated " * 40) for _ in range(60)])
+    finally:
+        before.close()
+    copy = tmp_path / "copy" / "m.db"
+    copy.parent.mkdir()
+    for p in tmp_path.iterdir():
+        if p.is_file():
+            (copy.parent / p.name).write_bytes(p.read_bytes())
+
+    def files(at: Path) -> list[Path]:
+        return [p for p in at.parent.iterdir() if p.name.startswith("m.db")]
+
+    for at, vacuum in ((copy, False), (path, True)):
+        with MemoryStore(f"sqlite:///{at}", counter=FixedCounter()) as store:
+            assert store.forget(where={"user_id": "u1"}, vacuum=vacuum).messages == 180
+            assert len(store.messages("other1")) == 60
+        left = any(planted.encode() in p.read_bytes() for p in files(at))
+        if vacuum:
+            assert not left
+        elif not left:  # pragma: no cover - a SQLite that leaves no stale copies
+            break
+
+
 # ---- prune against an oracle of its policy ------------------------------------------------
 
 ANCHOR = frozenset({"system", "developer"})

@@ -365,19 +365,23 @@ def audit_log(conn: Connection, limit: int, after: int | None) -> list[Any]:
     return list(conn.execute(stmt))
 
 
-def reclaim(conn: Connection) -> None:
+def reclaim(conn: Connection, vacuum: bool) -> None:
     """After a forget: make what it deleted unreadable from the database files.
 
-    PostgreSQL: ``VACUUM`` memstore's tables (the connection must be in autocommit).
-    SQLite: a truncating WAL checkpoint, so the zeroed pages reach the database file
-    and the WAL holds no older copy (best effort: a reader holding an old snapshot
-    keeps the WAL until it ends).
+    PostgreSQL (called only with ``vacuum``): ``VACUUM`` memstore's tables (the
+    connection must be in autocommit). SQLite: with ``vacuum``, ``VACUUM`` (the whole
+    file rewritten: no free space is left holding anything, whoever wrote it), then a
+    truncating WAL checkpoint, so the zeroed pages reach the database file and the WAL
+    holds no older copy (best effort: a reader holding an old snapshot keeps the WAL
+    until it ends).
     """
     if conn.dialect.name == "postgresql":
         conn.exec_driver_sql(
             "VACUUM memstore_messages, memstore_summaries, memstore_conversations, "
             "memstore_conversation_keys")
     elif conn.dialect.name == "sqlite":
+        if vacuum:
+            fetch_raw(conn, "VACUUM", ())  # on the driver: no BEGIN before it
         conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
 
 

@@ -338,8 +338,9 @@ def add_commands(command: CommandMaker, sub: Any, formats: FormatAdder) -> None:
     p.add_argument("--reason", default=None, metavar="TEXT",
                    help="why, stored in the audit entry (keep personal data out of it)")
     p.add_argument("--vacuum", action="store_true",
-                   help="PostgreSQL: VACUUM memstore's tables afterwards (SQLite always "
-                        "overwrites what it deletes)")
+                   help="VACUUM afterwards (PostgreSQL: memstore's tables; SQLite: the "
+                        "whole file, clearing what writes made before memstore turned "
+                        "secure_delete on may have left in free space)")
     p.add_argument("-y", "--yes", action="store_true",
                    help="do not ask for confirmation (required when standard input is not "
                         "a terminal)")
