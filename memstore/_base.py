@@ -672,8 +672,10 @@ class Planner:
             roles=_query.check_roles(roles), since=since, until=until,
             limit=_query.check_limit(limit), context=_query.check_context(context),
             mark=_query.check_mark(mark))
-        # One statement (two or three for a small SQLite scope) needs no transaction;
-        # hits and their context are read from one snapshot.
+        # One statement (up to four for one SQLite conversation: where its messages lie,
+        # their matches, and when that walk runs out of time, the index's statistics and
+        # a lookup per message) needs no transaction: every plan returns the messages
+        # that match when it runs. Hits and their context are read from one snapshot.
         return Plan(_search_query.search, (request,), snapshot=True,
                     optimistic=request.context == 0)
 

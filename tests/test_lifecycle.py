@@ -616,7 +616,7 @@ def test_forget_with_vacuum_clears_what_writes_without_secure_delete_left(
         if vacuum:
             assert not left
         elif not left:  # pragma: no cover - a SQLite that leaves no stale copies
-            break
+            pytest.skip("this SQLite left no copy to clear: nothing for VACUUM to show")
 
 
 # ---- prune against an oracle of its policy ------------------------------------------------

@@ -60,7 +60,8 @@ def test_every_plan_finds_the_same_hits(store: Any, cid: str,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     plans: dict[str, dict[str, list[tuple[int, float, str]]]] = {}
     plans["chosen"] = {q: _hits(store, cid, q) for q in QUERIES}
-    monkeypatch.setattr(_search, "SCOPED_WALK", 10)  # "thin" is spread thin now: timed
+    monkeypatch.setattr(_search, "SCOPED_WALK", 10)  # "thin" is spread thin now: timed,
+    monkeypatch.setattr(_search, "SCOPED_LOOKUP_SECONDS", 1.0)  # in time however busy
     plans["timed"] = {q: _hits(store, cid, q) for q in QUERIES}
     monkeypatch.setattr(_search, "SCOPED_WALK", 0)  # every range walk is timed ...
     monkeypatch.setattr(_search, "SCOPED_LOOKUP_SECONDS", 0.0)  # ... and out of time at once
@@ -107,6 +108,7 @@ def _plans_taken(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def test_which_plan_each_conversation_takes(store: Any,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_search, "SCOPED_WALK", 10)  # "thin": 60 messages over 1,860 rows
+    monkeypatch.setattr(_search, "SCOPED_LOOKUP_SECONDS", 1.0)  # in time however busy
     taken = _plans_taken(monkeypatch)
     store.search("amber", conversation_id="dense")  # close together: the range, untimed
     store.search("amber", conversation_id="thin")  # spread: the range, timed, in time
@@ -146,6 +148,7 @@ async def test_the_async_store_takes_the_same_plans(
 
     url = str(store.engine.url).replace("sqlite://", "sqlite+aiosqlite://", 1)
     monkeypatch.setattr(_search, "SCOPED_WALK", 10)
+    monkeypatch.setattr(_search, "SCOPED_LOOKUP_SECONDS", 1.0)  # in time however busy
     async with AsyncMemoryStore(url, counter=FixedCounter()) as astore:
         for query in QUERIES:
             timed = [(h.message.seq, h.rank) for h in
@@ -159,3 +162,38 @@ async def test_the_async_store_takes_the_same_plans(
         assert taken == ["range", "statistics", "per message"]
         assert [s for s, _ in stopped] and sorted(s for s, _ in stopped) == sorted(
             s for s, _, _ in _hits(store, "thin", "common"))
+
+
+async def test_a_cancelled_walk_does_not_pool_a_connection_with_its_handler(
+        store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """asyncio cancels a search while aiosqlite's thread removes the progress handler:
+    the connection, whose handler may still be set, is not pooled again."""
+    import asyncio
+
+    import aiosqlite
+
+    from memstore import AsyncMemoryStore
+
+    url = str(store.engine.url).replace("sqlite://", "sqlite+aiosqlite://", 1)
+    monkeypatch.setattr(_search, "SCOPED_WALK", 0)  # every range walk is timed
+    real = aiosqlite.Connection.set_progress_handler
+    cancelled: list[bool] = []
+
+    async def set_handler(self: Any, handler: Any, n: int) -> None:
+        if handler is None and not cancelled:  # the removal: cancelled before it runs
+            cancelled.append(True)
+            raise asyncio.CancelledError
+        await real(self, handler, n)
+
+    monkeypatch.setattr(aiosqlite.Connection, "set_progress_handler", set_handler)
+    async with AsyncMemoryStore(url, counter=FixedCounter(), pool_size=1,
+                                max_overflow=0) as astore:
+        with pytest.raises(asyncio.CancelledError):
+            await astore.search("amber", conversation_id="thin")
+        assert cancelled
+        long = ("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE "
+                "i < 50000) SELECT count(*) FROM n")
+        async with astore.engine.connect() as conn:  # the pool's one connection
+            assert (await conn.exec_driver_sql(long)).scalar() == 50000
+        assert [h.message.seq for h in await astore.search("amber", conversation_id="thin",
+                                                           limit=100)]

@@ -184,7 +184,7 @@ def test_only_a_forget_small_beside_the_index_deletes_in_place(
         _fill(store)  # 80 messages indexed
         for messages, expected in ((20, True), (21, False), (0, True)):
             with store.engine.connect() as conn, conn.begin():
-                assert _search.delete_in_place(conn, messages) is expected, messages
+                assert _search.delete_in_place(conn, lambda n=messages: n) is expected, messages
                 options = dict(conn.exec_driver_sql(f"SELECT k, v FROM {INDEX}_config").all())
                 assert options.get("secure-delete", 0) == int(expected)
                 conn.rollback()

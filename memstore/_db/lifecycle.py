@@ -336,7 +336,7 @@ def forget(conn: Connection, where: Mapping[str, WhereValue] | None, ids: list[s
         # SQLite's full-text index keeps a deleted message's words in older segments
         # until they merge. From SQLite 3.42 FTS5 can delete a few in place; else the
         # whole index is merged afterwards (secure_delete zeroes the pages either leaves).
-        in_place = sqlite and delete_in_place(conn, _messages_of(conn, targets))
+        in_place = sqlite and delete_in_place(conn, lambda: _messages_of(conn, targets))
         deleted_messages = 0
         for cid in targets:
             row = conversation_row(conn, cid, for_update=True)
@@ -380,9 +380,11 @@ def reclaim(conn: Connection, vacuum: bool) -> None:
             "VACUUM memstore_messages, memstore_summaries, memstore_conversations, "
             "memstore_conversation_keys")
     elif conn.dialect.name == "sqlite":
-        if vacuum:
-            fetch_raw(conn, "VACUUM", ())  # on the driver: no BEGIN before it
-        conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        try:
+            if vacuum:
+                fetch_raw(conn, "VACUUM", ())  # on the driver: no BEGIN before it
+        finally:  # a VACUUM that fails (a full disk) still leaves the WAL checkpointed
+            conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
 # ---- prune -----------------------------------------------------------------------------

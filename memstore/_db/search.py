@@ -560,8 +560,14 @@ def drop_index(conn: Connection) -> None:
     """
     sqlite = conn.dialect.name == "sqlite"
     if sqlite and not _has_secure_delete(conn) and index_exists(conn):
-        conn.exec_driver_sql(f"UPDATE {INDEX}_config SET v = {_FORMAT} WHERE k = 'version' "
-                             f"AND v = {_FORMAT_SECURE_DELETE}")
+        try:
+            conn.exec_driver_sql(f"UPDATE {INDEX}_config SET v = {_FORMAT} WHERE k = "
+                                 f"'version' AND v = {_FORMAT_SECURE_DELETE}")
+        except Exception as exc:  # e.g. SQLITE_DBCONFIG_DEFENSIVE: shadow tables read-only
+            raise ConfigurationError(
+                f"cannot reset the search index's format to drop it ({exc}): rebuild it "
+                "under a Python whose SQLite is 3.42 or newer, or on a connection without "
+                "SQLITE_DBCONFIG_DEFENSIVE") from exc
     for statement in SQLITE_DROP if sqlite else POSTGRESQL_DROP:
         conn.exec_driver_sql(statement)
 
@@ -585,8 +591,8 @@ def _has_secure_delete(conn: Connection) -> bool:
 IN_PLACE_FACTOR = 800
 
 
-def delete_in_place(conn: Connection, messages: int) -> bool:
-    """Whether deleting ``messages`` messages removes them from SQLite's index in place.
+def delete_in_place(conn: Connection, messages: Callable[[], int]) -> bool:
+    """Whether deleting ``messages()`` messages removes them from SQLite's index in place.
 
     SQLite 3.42 or newer, when the index is large beside what goes: FTS5's
     ``'secure-delete'`` is switched on in this transaction, so no older segment keeps
@@ -598,13 +604,13 @@ def delete_in_place(conn: Connection, messages: int) -> bool:
     naming the fix: rebuilding the index, which `drop_index` makes possible there).
 
     Returns ``False`` (nothing done) on PostgreSQL, without the index, on an older
-    SQLite, or for a large delete.
+    SQLite, or for a large delete (``messages`` is called only when it decides).
     """
     if conn.dialect.name != "sqlite" or not _has_secure_delete(conn) or not index_exists(conn):
         return False
     indexed, _ = averages(conn.exec_driver_sql(
         f"SELECT block FROM {INDEX}_data WHERE id = 1").scalar())
-    if messages * IN_PLACE_FACTOR > indexed:
+    if messages() * IN_PLACE_FACTOR > indexed:
         return False
     conn.exec_driver_sql(f"INSERT INTO {INDEX}({INDEX}, rank) VALUES ('secure-delete', 1)")
     return True

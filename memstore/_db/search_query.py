@@ -269,14 +269,17 @@ def _timed(conn: Connection, sql: str, params: Any, seconds: float) -> Sequence[
 
     A SQLite progress handler checks the clock every `PROGRESS_STEPS` steps; returning
     true makes SQLite stop the statement with ``SQLITE_INTERRUPT``. A read is only
-    stopped, nothing is rolled back: the caller's snapshot stays open for its next
-    statement.
+    stopped, nothing is rolled back: a transaction the caller has open stays open for
+    its next statement. The handler is removed before the connection goes back to the
+    pool; a connection where that cannot be made sure of (an asyncio cancellation while
+    aiosqlite's thread sets or removes it) is invalidated instead, as
+    `memstore._db.engine.apply_options` does.
     """
-    deadline = time.perf_counter() + seconds
     clock = time.perf_counter
+    deadline = [math.inf]  # set once the handler is in place (aiosqlite: a thread hop)
 
     def late() -> bool:
-        return clock() > deadline
+        return clock() > deadline[0]
 
     aiosqlite = conn.connection.driver_connection if conn.dialect.driver == "aiosqlite" else None
     if aiosqlite is not None:
@@ -284,15 +287,20 @@ def _timed(conn: Connection, sql: str, params: Any, seconds: float) -> Sequence[
             await_only(aiosqlite.set_progress_handler(handler, steps))
     else:
         handle = conn.connection.dbapi_connection.set_progress_handler  # type: ignore[union-attr]
-    handle(late, PROGRESS_STEPS)
     try:
+        handle(late, PROGRESS_STEPS)
+        deadline[0] = clock() + seconds
         return fetch_raw(conn, sql, params)
     except (sa_exc.OperationalError, sqlite3.OperationalError) as exc:
         if "interrupted" not in str(getattr(exc, "orig", exc)):
             raise
         return None
     finally:
-        handle(None, 0)
+        try:
+            handle(None, 0)
+        except BaseException:
+            conn.invalidate()
+            raise
 
 
 #: SQLite: the matches of the whole index, filtered to one conversation (when the
