@@ -39,7 +39,7 @@ from typing import Any, Literal, TextIO, overload
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
-from memstore import _base, _lifecycle
+from memstore import _base, _lifecycle, _streaming
 from memstore._base import Durability, MessageLike, MigrateMode, Plan, Summarizer
 from memstore._db import snapshots as _snapshots
 from memstore._db import stateio as _stateio
@@ -639,13 +639,13 @@ class AsyncMemoryStore:
         *,
         start: int | None = None,
         stop: int | None = None,
-        page_size: int = _base.DEFAULT_PAGE_SIZE,
+        page_size: int = _streaming.DEFAULT_PAGE_SIZE,
     ) -> AsyncIterator[StoredMessage]:
         """Iterate over messages in keyset pages from one snapshot (``async for``).
 
         See [`MemoryStore.iter_messages()`][memstore.MemoryStore.iter_messages].
         """
-        cid, start, stop, size = _base.check_page_args(conversation_id, start, stop, page_size)
+        cid, start, stop, size = _streaming.check_page_args(conversation_id, start, stop, page_size)
         return self._iter(cid, start, stop, size)
 
     def _iter(
@@ -663,7 +663,7 @@ class AsyncMemoryStore:
         _base.refuse_call(self._closed)
         async with self._on_this_loop():  # the whole stream: it holds a connection
             await self._setup_here()
-            pager = _base.Pager(size, _base.snapshot_pages(self._engine.url))
+            pager = _streaming.Pager(size, _streaming.snapshot_pages(self._engine.url))
             conn: AsyncConnection | None = None
             try:
                 while True:
@@ -676,7 +676,7 @@ class AsyncMemoryStore:
                             if conn is None:
                                 conn = await self._engine.connect()
                             head, page, more = await conn.run_sync(
-                                _base.read_stream_page, pager, cid, start, stop, summaries,
+                                _streaming.read_stream_page, pager, cid, start, stop, summaries,
                                 missing_ok)
                             if not pager.snapshot:
                                 await conn.close()
@@ -690,7 +690,7 @@ class AsyncMemoryStore:
 
     async def dump_state(
         self, conversation_id: str, fp: TextIO, *, view: ContextView | None = None,
-        page_size: int = _base.DEFAULT_PAGE_SIZE,
+        page_size: int = _streaming.DEFAULT_PAGE_SIZE,
     ) -> Conversation:
         """Write a snapshot to a text file incrementally.
 
@@ -698,7 +698,7 @@ class AsyncMemoryStore:
 
         ``fp`` is written synchronously, one page at a time.
         """
-        cid, _, _, size = _base.check_page_args(conversation_id, None, None, page_size)
+        cid, _, _, size = _streaming.check_page_args(conversation_id, None, None, page_size)
         _stateio.check_writable(fp, "dump_state")
         config = _base.view_config(_base.check_view(view) if view is not None else None)
         summaries: list[Summary] = []
@@ -735,11 +735,11 @@ class AsyncMemoryStore:
             async with self._on_this_loop():
                 return await self._restore_file(state, conversation_id, replace)
         if isinstance(state, ConversationState):
-            plan, recounter, count = _base.restore_plan(
+            plan, recounter, count = _streaming.restore_plan(
                 self._plan, state, conversation_id, replace)
         else:  # parsing a dict or JSON snapshot is tens of ms per 10,000 messages
             plan, recounter, count = await asyncio.to_thread(
-                _base.restore_plan, self._plan, state, conversation_id, replace)
+                _streaming.restore_plan, self._plan, state, conversation_id, replace)
         conversation = await self._execute(plan)
         return LoadReport(conversation=conversation, messages=count, written=count,
                           recounted=recounter.recounted)
@@ -747,7 +747,7 @@ class AsyncMemoryStore:
     async def _restore_file(self, state: Any, conversation_id: str | None,
                             replace: bool) -> LoadReport:
         head, messages = _stateio.read_state(state)
-        cid = _base.stream_target(conversation_id, head)
+        cid = _streaming.stream_target(conversation_id, head)
         recounter = _snapshots.Recounter(self._plan.counter)
         with translate_db_errors():
             async with self._turn, self._engine.connect() as conn:

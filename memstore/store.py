@@ -27,7 +27,7 @@ from typing import Any, Literal, TextIO, overload
 
 from sqlalchemy import Connection, Engine
 
-from memstore import _base, _lifecycle
+from memstore import _base, _lifecycle, _streaming
 from memstore._base import Durability, MessageLike, MigrateMode, Plan, Summarizer
 from memstore._db import snapshots as _snapshots
 from memstore._db import stateio as _stateio
@@ -766,7 +766,7 @@ class MemoryStore:
         *,
         start: int | None = None,
         stop: int | None = None,
-        page_size: int = _base.DEFAULT_PAGE_SIZE,
+        page_size: int = _streaming.DEFAULT_PAGE_SIZE,
     ) -> Iterator[StoredMessage]:
         """Iterate over the messages with ``start <= seq < stop``, in seq order.
 
@@ -788,7 +788,7 @@ class MemoryStore:
             stop: one past the last seq wanted (default: the newest).
             page_size: messages per page (1–100000).
         """
-        cid, start, stop, size = _base.check_page_args(conversation_id, start, stop, page_size)
+        cid, start, stop, size = _streaming.check_page_args(conversation_id, start, stop, page_size)
         return (m for _, page in self._stream(cid, start, stop, size, missing_ok=True)
                 for m in page)
 
@@ -802,7 +802,7 @@ class MemoryStore:
         summaries into that list (from the header's snapshot).
         """
         _base.refuse_call(self._closed)
-        pager = _base.Pager(size, _base.snapshot_pages(self._engine.url))
+        pager = _streaming.Pager(size, _streaming.snapshot_pages(self._engine.url))
         conn: Connection | None = None
         try:
             while True:
@@ -812,7 +812,7 @@ class MemoryStore:
                 with self._turn, translate_db_errors():
                     if conn is None:
                         conn = self._engine.connect()
-                    head, page, more = _base.read_stream_page(conn, pager, cid, start, stop,
+                    head, page, more = _streaming.read_stream_page(conn, pager, cid, start, stop,
                                                               summaries, missing_ok)
                     if not pager.snapshot:
                         conn.close()
@@ -826,7 +826,7 @@ class MemoryStore:
 
     def dump_state(
         self, conversation_id: str, fp: TextIO, *, view: ContextView | None = None,
-        page_size: int = _base.DEFAULT_PAGE_SIZE,
+        page_size: int = _streaming.DEFAULT_PAGE_SIZE,
     ) -> Conversation:
         """Write a snapshot of a conversation to a text file, one message per line.
 
@@ -844,7 +844,7 @@ class MemoryStore:
         Returns:
             The conversation as snapshotted (its ``message_count`` messages were written).
         """
-        cid, _, _, size = _base.check_page_args(conversation_id, None, None, page_size)
+        cid, _, _, size = _streaming.check_page_args(conversation_id, None, None, page_size)
         _stateio.check_writable(fp, "dump_state")
         config = _base.view_config(_base.check_view(view) if view is not None else None)
         summaries: list[Summary] = []
@@ -888,14 +888,15 @@ class MemoryStore:
         replace = check_flag(replace, "replace")
         if _stateio.is_file(state):
             head, messages = _stateio.read_state(state)  # type: ignore[arg-type]
-            cid = _base.stream_target(conversation_id, head)
+            cid = _streaming.stream_target(conversation_id, head)
             recounter = _snapshots.Recounter(self._plan.counter)
             with self._write_connection() as conn:
                 conversation, written = _snapshots.load_stream(
                     conn, head, messages, cid, replace, recounter)
             return LoadReport(conversation=conversation, messages=written, written=written,
                               recounted=recounter.recounted)
-        plan, recounter, count = _base.restore_plan(self._plan, state, conversation_id, replace)
+        plan, recounter, count = _streaming.restore_plan(self._plan, state, conversation_id,
+                                                         replace)
         conversation = self._execute(plan)
         return LoadReport(conversation=conversation, messages=count, written=count,
                           recounted=recounter.recounted)

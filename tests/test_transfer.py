@@ -582,7 +582,7 @@ async def test_in_memory_streams_stop_at_the_count_their_header_announced(kind: 
 def test_pager_trims_to_the_announced_newest_seq_and_stops() -> None:
     from datetime import datetime, timezone
 
-    from memstore._base import Pager
+    from memstore._streaming import Pager
     from memstore.models import StoredMessage
 
     now = datetime.now(timezone.utc)
