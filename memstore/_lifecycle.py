@@ -25,17 +25,16 @@ from memstore._validate import (
     text_problem,
 )
 from memstore.errors import InvalidInputError
-from memstore.models import AuditEntry, Conversation, PruneReport
+from memstore.models import AuditEntry, Conversation, ForgetReport, PruneReport
 
 __all__ = [
     "audit_plan",
     "check_instant",
     "count_plan",
     "fork_plan",
-    "forget_plan",
+    "forget_steps",
     "list_plan",
     "prune_steps",
-    "reclaim_plan",
     "update_plan",
 ]
 
@@ -215,16 +214,27 @@ def selector_digest(where: dict[str, Any] | None, ids: list[str] | None) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def forget_flags(vacuum: Any, dry_run: Any) -> tuple[bool, bool]:
-    """``forget``'s ``vacuum`` and ``dry_run``, checked (a dry run has nothing to vacuum)."""
+def forget_steps(where: Any, conversation_ids: Any, reason: Any, vacuum: Any, dry_run: Any,
+                 dialect: str) -> Generator[Plan, Any, ForgetReport]:
+    """The plans of ``forget``: the erasure, then what reclaims the space.
+
+    The erasure is one write (or, with ``dry_run``, one snapshot read of what it would
+    erase); the reclaiming runs on SQLite always, on PostgreSQL with ``vacuum``. Both
+    stores drive it as they drive `prune_steps`, so they never diverge.
+    """
     vacuum, dry_run = check_flag(vacuum, "vacuum"), check_flag(dry_run, "dry_run")
     if vacuum and dry_run:
         raise InvalidInputError("vacuum=True with dry_run=True: a dry run deletes nothing to "
                                 "reclaim")
-    return vacuum, dry_run
+    conversations, messages, entry = yield _forget_plan(where, conversation_ids, reason,
+                                                        dry_run)
+    if not dry_run and (vacuum or dialect == "sqlite"):
+        yield _reclaim_plan(vacuum)
+    return ForgetReport(conversations=conversations, messages=messages, audit_id=entry,
+                        dry_run=dry_run)
 
 
-def forget_plan(where: Any, conversation_ids: Any, reason: Any, dry_run: bool = False) -> Plan:
+def _forget_plan(where: Any, conversation_ids: Any, reason: Any, dry_run: bool) -> Plan:
     """The plan of ``forget`` (``dry_run``: one snapshot read of what it would delete)."""
     filters = check_where(where)
     ids = _ids(conversation_ids, "forget")
@@ -258,7 +268,7 @@ def _audit_entries(conn: Any, limit: int, after: int | None) -> list[AuditEntry]
             for row in _life.audit_log(conn, limit, after)]
 
 
-def reclaim_plan(vacuum: bool) -> Plan:
+def _reclaim_plan(vacuum: bool) -> Plan:
     """After a forget: VACUUM (PostgreSQL) or a truncating WAL checkpoint (SQLite).
 
     With ``vacuum`` on SQLite, a ``VACUUM`` of the database file comes first. Run with

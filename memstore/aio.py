@@ -26,6 +26,7 @@ from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
     Callable,
+    Generator,
     Iterable,
     Iterator,
     Mapping,
@@ -409,15 +410,18 @@ class AsyncMemoryStore:
 
         See [`MemoryStore.prune()`][memstore.MemoryStore.prune].
         """
-        steps = _lifecycle.prune_steps(
+        return await self._drive(_lifecycle.prune_steps(  # type: ignore[no-any-return]
             older_than, keep_last, expired, where, conversation_ids, keep_anchored,
-            keep_summaries, drop_empty, dry_run, progress)
+            keep_summaries, drop_empty, dry_run, progress))
+
+    async def _drive(self, steps: Generator[Plan, Any, Any]) -> Any:
+        """Run a sequence of plans (each its own transaction), sending back each result."""
         plan = next(steps)
         while True:
             try:
                 plan = steps.send(await self._execute(plan))
             except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
+                return stop.value
 
     async def forget(
         self,
@@ -432,13 +436,8 @@ class AsyncMemoryStore:
 
         See [`MemoryStore.forget()`][memstore.MemoryStore.forget].
         """
-        vacuum, dry_run = _lifecycle.forget_flags(vacuum, dry_run)
-        conversations, messages, entry = await self._execute(
-            _lifecycle.forget_plan(where, conversation_ids, reason, dry_run))
-        if not dry_run and (vacuum or self._engine.dialect.name == "sqlite"):
-            await self._execute(_lifecycle.reclaim_plan(vacuum))
-        return ForgetReport(conversations=conversations, messages=messages, audit_id=entry,
-                            dry_run=dry_run)
+        return await self._drive(_lifecycle.forget_steps(  # type: ignore[no-any-return]
+            where, conversation_ids, reason, vacuum, dry_run, self._engine.dialect.name))
 
     async def audit_log(self, limit: int = 100, after: int | None = None) -> list[AuditEntry]:
         """The audit log, oldest first.

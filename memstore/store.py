@@ -436,13 +436,8 @@ class MemoryStore:
             InvalidInputError: no selector (a forget never means "delete everything"),
                 or a bad argument.
         """
-        vacuum, dry_run = _lifecycle.forget_flags(vacuum, dry_run)
-        conversations, messages, entry = self._execute(
-            _lifecycle.forget_plan(where, conversation_ids, reason, dry_run))
-        if not dry_run and (vacuum or self._engine.dialect.name == "sqlite"):
-            self._execute(_lifecycle.reclaim_plan(vacuum))
-        return ForgetReport(conversations=conversations, messages=messages, audit_id=entry,
-                            dry_run=dry_run)
+        return self._drive(_lifecycle.forget_steps(  # type: ignore[no-any-return]
+            where, conversation_ids, reason, vacuum, dry_run, self._engine.dialect.name))
 
     def audit_log(self, limit: int = 100, after: int | None = None) -> list[AuditEntry]:
         """The audit log (what ``forget`` erased), oldest first, after entry id ``after``."""
