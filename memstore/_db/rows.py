@@ -309,15 +309,10 @@ def conversations_from_raw(rows: Sequence[Sequence[Any]], dialect: str) -> list[
     out = []
     build = _conversation
     if dialect == "sqlite":
-        when, meta_of, parse, size = sqlite_time, _json_object, _fromisoformat, _SQLITE_TIME_LENGTH
+        when, meta_of = sqlite_time, _json_object
         for (cid, created_at, updated_at, meta, first, last, tokens, expires_at, parent,
              forked) in rows:
-            # memstore's own timestamp text parsed in line (as `sqlite_time` parses it)
-            created_at = (parse(created_at + "+00:00") if type(created_at) is str
-                          and len(created_at) == size else when(created_at))
-            updated_at = (parse(updated_at + "+00:00") if type(updated_at) is str
-                          and len(updated_at) == size else when(updated_at))
-            out.append(build(cid, created_at, updated_at,
+            out.append(build(cid, when(created_at), when(updated_at),
                              None if meta is None else meta_of(meta), first, last, tokens,
                              None if expires_at is None else when(expires_at), parent, forked))
         return out
