@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 
@@ -62,6 +64,20 @@ def _bad_messages() -> list[tuple[str, Any, str]]:
     ]
 
 
+@asynccontextmanager
+async def _writes_nothing(store: Any, cid: str) -> AsyncIterator[None]:
+    """Seed ``cid`` with one message; the block's refused writes must leave the store as
+    it was: the conversation's messages, its row, and the list of conversations."""
+    await call(store.append(cid, Message.user("existing")))
+    before = await call(store.messages(cid))
+    conv_before = await call(store.get_conversation(cid))
+    ids_before = [c.id for c in await call(store.list_conversations())]
+    yield
+    assert await call(store.messages(cid)) == before
+    assert await call(store.get_conversation(cid)) == conv_before
+    assert [c.id for c in await call(store.list_conversations())] == ids_before
+
+
 async def test_invalid_message_is_rejected_and_nothing_written(store: Any) -> None:
     """Each of _bad_messages() is refused naming the problem, and writes nothing.
 
@@ -72,20 +88,14 @@ async def test_invalid_message_is_rejected_and_nothing_written(store: Any) -> No
     for i, (case, bad, needle) in enumerate(_bad_messages()):
         with cases.case(case):
             cid = f"c{i}"
-            await call(store.append(cid, Message.user("existing")))
-            before = await call(store.messages(cid))
-            conv_before = await call(store.get_conversation(cid))
-            ids_before = [c.id for c in await call(store.list_conversations())]
-            with pytest.raises((pydantic.ValidationError, InvalidInputError)) as info:
-                await call(store.append(cid, bad))
-            assert needle in str(info.value), f"{case}: {info.value}"
-            with pytest.raises((pydantic.ValidationError, InvalidInputError)):
-                await call(store.extend(cid, [Message.user("fine"), bad]))
-            with pytest.raises((pydantic.ValidationError, InvalidInputError)):
-                await call(store.append(f"brand-new-{i}", bad))
-            assert await call(store.messages(cid)) == before
-            assert await call(store.get_conversation(cid)) == conv_before
-            assert [c.id for c in await call(store.list_conversations())] == ids_before
+            async with _writes_nothing(store, cid):
+                with pytest.raises((pydantic.ValidationError, InvalidInputError)) as info:
+                    await call(store.append(cid, bad))
+                assert needle in str(info.value), f"{case}: {info.value}"
+                with pytest.raises((pydantic.ValidationError, InvalidInputError)):
+                    await call(store.extend(cid, [Message.user("fine"), bad]))
+                with pytest.raises((pydantic.ValidationError, InvalidInputError)):
+                    await call(store.append(f"brand-new-{i}", bad))
     cases.check()
 
 
@@ -173,16 +183,12 @@ async def test_a_message_that_skipped_validation_is_validated_when_written(
     for i, (case, bad, needle) in enumerate(_unvalidated_messages()):
         with cases.case(case):
             cid = f"c{i}"
-            await call(store.append(cid, Message.user("existing")))
-            before = await call(store.messages(cid))
-            ids_before = [c.id for c in await call(store.list_conversations())]
-            with pytest.raises(pydantic.ValidationError) as info:
-                await call(store.append(cid, bad))
-            assert needle in str(info.value), f"{case}: {info.value}"
-            with pytest.raises(pydantic.ValidationError):
-                await call(store.extend(cid, [Message.user("ok"), bad]))
-            assert await call(store.messages(cid)) == before
-            assert [c.id for c in await call(store.list_conversations())] == ids_before
+            async with _writes_nothing(store, cid):
+                with pytest.raises(pydantic.ValidationError) as info:
+                    await call(store.append(cid, bad))
+                assert needle in str(info.value), f"{case}: {info.value}"
+                with pytest.raises(pydantic.ValidationError):
+                    await call(store.extend(cid, [Message.user("ok"), bad]))
             # A valid copy is written as the copy says.
             good = Message.user("fine").model_copy(update={"content": "changed", "score": 2.0})
             stored = await call(store.append(cid, good))
