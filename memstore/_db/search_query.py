@@ -205,13 +205,8 @@ def _sqlite_ranked(conn: Connection, request: SearchRequest) -> tuple[Ranked, bo
         if stats.scope <= SCOPED_ROWS and (stats.stemmed or _postings(request, stats)
                                            > SCOPED_WALK * stats.scope):
             return _sqlite_scoped(conn, request, stats)
-    if _simple(request):
-        if ids is None:
-            rows = fetch_raw(conn, _SQLITE_ALL, (fts5, request.limit))
-        else:
-            rows = fetch_raw(conn, _SQLITE_IN_ONE, (fts5, ids[0], request.limit))
-        return ([(decode_raw(r[:_WIDTH], "sqlite", r[_WIDTH]), -float(r[_WIDTH + 1]))
-                 for r in rows], bool(rows and rows[0][-1]))
+    if _simple(request):  # every conversation (one is `_sqlite_one`'s)
+        return _sqlite_hits(fetch_raw(conn, _SQLITE_ALL, (fts5, request.limit)))
     match = _FTS.op("MATCH")(bindparam("q", fts5))
     conditions = _filters(request, "sqlite", _M.c.conversation_id, _M.c.role, _M.c.created_at)
     fts: Any = select(_FTS_ROWID.label("rid"), literal_column(f"{INDEX}.rank").label("rank"))
@@ -225,6 +220,12 @@ def _sqlite_ranked(conn: Connection, request: SearchRequest) -> tuple[Ranked, bo
     ).all()
     return ([(to_stored(row[:-2]), -float(row[-2])) for row in rows],
             bool(rows and rows[0][-1]))
+
+
+def _sqlite_hits(rows: Sequence[Any]) -> tuple[Ranked, bool]:
+    """Decoded hits of a precompiled SQLite search (message columns, rowid, rank, stems)."""
+    return ([(decode_raw(r[:_WIDTH], "sqlite", r[_WIDTH]), -float(r[_WIDTH + 1]))
+             for r in rows], bool(rows and rows[0][-1]))
 
 
 def _sqlite_one(conn: Connection, request: SearchRequest, cid: str,
@@ -260,8 +261,7 @@ def _sqlite_one(conn: Connection, request: SearchRequest, cid: str,
             if timed is None:
                 return None
             rows = timed
-    return ([(decode_raw(r[:_WIDTH], "sqlite", r[_WIDTH]), -float(r[_WIDTH + 1]))
-             for r in rows], bool(rows and rows[0][-1]))
+    return _sqlite_hits(rows)
 
 
 def _timed(conn: Connection, sql: str, params: Any, seconds: float) -> Sequence[Any] | None:
