@@ -482,12 +482,10 @@ def _driver(url: str) -> dict[str, Any]:
 
 def _sqlite_version() -> str:
     """The SQLite the workers run: ``--sqlite-module``'s, else the standard library's."""
-    name = os.environ.get(SQLITE_MODULE)
-    if not name:
+    module = _driver("sqlite://").get("module")
+    if module is None:
         return sqlite3.sqlite_version
-    import importlib
-
-    return f"{importlib.import_module(name).sqlite_version} (through {name})"
+    return f"{module.sqlite_version} (through {module.__name__})"
 
 
 def run_worker(kind: str, url: str) -> dict[str, Any]:
