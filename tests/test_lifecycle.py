@@ -555,7 +555,23 @@ async def test_forget_erases_a_subject_and_its_forks_and_leaves_an_audit(
             await call(store.forget(**bad))
 
 
-def test_forget_leaves_no_copy_in_the_sqlite_files(tmp_path: Path) -> None:
+@pytest.mark.parametrize("way", ["rebuild", "merge"])
+def test_forget_leaves_no_copy_in_the_sqlite_files(tmp_path: Path, way: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both ways a forget takes the words out of SQLite's index on any SQLite: the
+    index rebuilt from what stays (the forget is most of it) or merged whole."""
+    from memstore._db import erasure
+
+    monkeypatch.setattr(erasure, "REBUILD_SHARE", 1_000 if way == "rebuild" else 0)
+    chosen: list[str] = []
+    begin = erasure.begin
+
+    def record(*args: Any) -> Any:
+        found = begin(*args)
+        chosen.append(found.way)
+        return found
+
+    monkeypatch.setattr(erasure, "begin", record)
     path = tmp_path / "m.db"
     planted = "zq-planted-" + "7" * 12
     token = "zqsecretword" + "4" * 9  # one word: the search index holds it as a token
@@ -565,17 +581,63 @@ def test_forget_leaves_no_copy_in_the_sqlite_files(tmp_path: Path) -> None:
         store.extend("x", [Message.user(f"my secret is {planted} {token} ({i})")
                            for i in range(50)])
         store.append("y", Message.user("unrelated"))
+        store.extend("z", [Message.user("unrelated too"), Message.user("zzother")])
         assert [h.message.conversation_id for h in store.search(token, limit=1)] == ["x"]
         raw = path.read_bytes() + (tmp_path / "m.db-wal").read_bytes()
         assert planted.encode() in raw and token.encode() in raw
+        with store.engine.connect() as conn:
+            cache = conn.exec_driver_sql("PRAGMA cache_size").scalar()
         store.forget(where={"user_id": "u1"})
+        assert chosen == [way]
         files = [p for p in tmp_path.iterdir() if p.name.startswith("m.db")]
         for secret in (planted, token):
             assert all(secret.encode() not in p.read_bytes() for p in files), (secret, files)
         assert store.search(token) == []
         assert [m.content for m in store.messages("y")] == ["unrelated"]
+        # the index holds exactly what stays, and its triggers keep it so afterwards
+        assert sorted((h.conversation_id, h.seq) for h in store.search("unrelated")) == [
+            ("y", 1), ("z", 1)]
+        store.append("y", Message.user("unrelated again"))
+        store.delete_conversation("z")
+        assert sorted((h.conversation_id, h.seq) for h in store.search("unrelated")) == [
+            ("y", 1), ("y", 2)]
+        assert store.search("zzother") == []
+        with store.engine.connect() as conn:
+            conn.exec_driver_sql(
+                "INSERT INTO fts_memstore_messages(fts_memstore_messages) "
+                "VALUES ('integrity-check')")
+            triggers = {name for (name,) in conn.exec_driver_sql(
+                "SELECT name FROM sqlite_master WHERE type = 'trigger' "
+                "AND name LIKE 'memstore_search_%'")}
+            assert {"memstore_search_delete", "memstore_search_delete_parts"} <= triggers
+            # the larger page cache of the purge was the forget's only
+            assert conn.exec_driver_sql("PRAGMA cache_size").scalar() == cache
     finally:
         store.close()
+
+
+def test_a_failed_rebuilding_forget_keeps_the_index_and_its_triggers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from memstore._db import erasure, lifecycle
+
+    path = tmp_path / "m.db"
+    with MemoryStore(f"sqlite:///{path}", counter=FixedCounter()) as store:
+        store.create_conversation("x", {"user_id": "u1"})
+        store.extend("x", [Message.user(f"secretword {i}") for i in range(20)])
+        real = lifecycle.delete_contents
+
+        def fail_midway(conn: Any, cid: str, row: Any) -> None:
+            real(conn, cid, row)
+            raise RuntimeError("the disk is gone")
+
+        monkeypatch.setattr(lifecycle, "delete_contents", fail_midway)
+        monkeypatch.setattr(erasure, "REBUILD_SHARE", 1_000)
+        with pytest.raises(RuntimeError):
+            store.forget(where={"user_id": "u1"})
+        monkeypatch.undo()
+        assert len(store.search("secretword", limit=100)) == 20
+        store.delete_conversation("x")  # the delete triggers are back: the index follows
+        assert store.search("secretword") == []
 
 
 def test_forget_with_vacuum_clears_what_writes_without_secure_delete_left(

@@ -22,7 +22,7 @@ import pytest
 from sqlalchemy import create_engine
 
 from memstore import MemoryStore, Message, migrate
-from memstore._db import search as _search
+from memstore._db import erasure as _erasure
 from memstore._db.search import INDEX, SECURE_DELETE_SINCE
 from memstore.errors import ConfigurationError
 from memstore.tokens import FixedCounter
@@ -42,7 +42,7 @@ TOKEN = "zqsecretword" + "4" * 9  # one word: the index holds it as a token
 @pytest.fixture(autouse=True)
 def _in_place_for_small_stores(monkeypatch: pytest.MonkeyPatch) -> None:
     """These stores are tiny: let a forget of most of one delete in place."""
-    monkeypatch.setattr(_search, "IN_PLACE_FACTOR", 1)
+    monkeypatch.setattr(_erasure, "IN_PLACE_FACTOR", 1)
 
 
 def _store(path: Path, module: Any = newer) -> MemoryStore:
@@ -66,14 +66,15 @@ def _files(path: Path) -> list[Path]:
     return [p for p in path.parent.iterdir() if p.name.startswith(path.name)]
 
 
-@pytest.mark.parametrize("index", ["in place", "merged"])
+@pytest.mark.parametrize("index", ["in place", "rebuild", "merge"])
 def test_forget_leaves_no_copy_where_sqlite_does_not_zero_by_default(
         tmp_path: Path, index: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """pysqlite3's SQLite is built with ``secure_delete`` off (Debian's, with it on):
     memstore turns it on for every connection, so the pages written before the forget
-    hold no stale copies of its rows either; both ways of purging the index."""
-    if index == "merged":  # the forget is large beside the index
-        monkeypatch.setattr(_search, "IN_PLACE_FACTOR", 800)
+    hold no stale copies of its rows either; every way of purging the index."""
+    if index != "in place":  # the forget is large beside the index
+        monkeypatch.setattr(_erasure, "IN_PLACE_FACTOR", 800)
+        monkeypatch.setattr(_erasure, "REBUILD_SHARE", 1_000 if index == "rebuild" else 0)
     path = tmp_path / "m.db"
     store = _store(path)
     try:
@@ -179,12 +180,17 @@ def test_an_older_sqlite_forgets_by_merging_the_index(tmp_path: Path) -> None:
 
 def test_only_a_forget_small_beside_the_index_deletes_in_place(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_search, "IN_PLACE_FACTOR", 4)
+    monkeypatch.setattr(_erasure, "IN_PLACE_FACTOR", 4)
     with _store(tmp_path / "m.db") as store:
         _fill(store)  # 80 messages indexed
-        for messages, expected in ((20, True), (21, False), (0, True)):
+        for messages, expected in ((20, "in place"), (21, "merge"), (0, "in place"),
+                                   (26, "merge"), (27, "rebuild")):
             with store.engine.connect() as conn, conn.begin():
-                assert _search.delete_in_place(conn, lambda n=messages: n) is expected, messages
+                assert _erasure.begin(conn, lambda n=messages: n).way == expected, messages
                 options = dict(conn.exec_driver_sql(f"SELECT k, v FROM {INDEX}_config").all())
-                assert options.get("secure-delete", 0) == int(expected)
+                assert options.get("secure-delete", 0) == int(expected == "in place")
+                triggers = conn.exec_driver_sql(
+                    "SELECT count(*) FROM sqlite_master WHERE type = 'trigger' "
+                    "AND name LIKE 'memstore_search_delete%'").scalar()
+                assert triggers == (0 if expected == "rebuild" else 2)  # dropped to rebuild
                 conn.rollback()

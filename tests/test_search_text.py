@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from sqlalchemy import create_engine, text
 
 from memstore import migrate
+from memstore._db import erasure as _erasure
 from memstore._db import search as _search
 from memstore.errors import InvalidInputError
 from memstore.models import ImagePart, ImageURL, Message, TextPart, ToolCall
@@ -375,6 +376,6 @@ def test_purge_removes_what_deleted_messages_left_in_sqlite_s_index(tmp_path: An
 
         assert left() > 0  # FTS5 marks the deletion; the old segment still holds the word
         with store.engine.begin() as conn:
-            _search.purge_deleted(conn)
+            _erasure.purge_deleted(conn)
         assert left() == 0
         assert [h.seq for h in store.search("alpha")] == [1]

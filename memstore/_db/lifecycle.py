@@ -29,12 +29,12 @@ from sqlalchemy import (
     update,
 )
 
+from memstore._db import erasure as _erasure
 from memstore._db import search as _search
 from memstore._db.filters import conversation_filter, filter_params, filter_shape, shaped_filter
 from memstore._db.ops import conversation_row, delete_contents
 from memstore._db.rows import conversations_from_raw, fetch_raw, to_conversation, utcnow
 from memstore._db.schema import UTCDateTime, audit, conversations, messages, summaries
-from memstore._db.search import delete_in_place, end_in_place, purge_deleted
 from memstore._db.statements import CompiledSQL, new_epoch, sum_tokens
 from memstore._db.statements import update_conversation as update_row
 from memstore._validate import WhereValue, check_json, check_json_size
@@ -322,9 +322,9 @@ def forget(conn: Connection, where: Mapping[str, WhereValue] | None, ids: list[s
 
     Returns ``(conversations, messages, audit entry id)``. On SQLite the deletes run
     with ``secure_delete``, which overwrites the freed content with zeros, and no
-    segment of the full-text index keeps the deleted messages' words: FTS5 removes them
-    in place from SQLite 3.42 when they are few beside the index
-    (`memstore._db.search.delete_in_place`), else the whole index is merged afterwards.
+    segment of the full-text index keeps the deleted messages' words: the way is chosen
+    by how many go beside the index's size (`memstore._db.erasure`: in place, a rebuild
+    of what stays, or a merge of the whole index).
     """
     sqlite = conn.dialect.name == "sqlite"
     previous = None
@@ -333,20 +333,14 @@ def forget(conn: Connection, where: Mapping[str, WhereValue] | None, ids: list[s
         conn.exec_driver_sql("PRAGMA secure_delete=ON")
     try:
         targets = selected_ids(conn, where, ids)
-        # SQLite's full-text index keeps a deleted message's words in older segments
-        # until they merge. From SQLite 3.42 FTS5 can delete a few in place; else the
-        # whole index is merged afterwards (secure_delete zeroes the pages either leaves).
-        in_place = sqlite and delete_in_place(conn, lambda: _messages_of(conn, targets))
+        erasure = _erasure.begin(conn, lambda: _messages_of(conn, targets))
         deleted_messages = 0
         for cid in targets:
             row = conversation_row(conn, cid, for_update=True)
             deleted_messages += int(row.last_seq) - int(row.first_seq) + 1
             delete_contents(conn, cid, row)
             conn.execute(delete(conversations).where(C.id == cid))
-        if in_place:
-            end_in_place(conn)
-        else:
-            purge_deleted(conn)
+        _erasure.finish(conn, erasure)
         entry = conn.execute(insert(audit).values(
             at=utcnow(), operation="forget", selector_digest=digest,
             conversations=len(targets), messages=deleted_messages, reason=reason,

@@ -61,15 +61,15 @@ from memstore.search import (
 
 __all__ = [
     "INDEX",
+    "SOURCE",
     "create_index",
     "drop_index",
     "fts5_available",
+    "has_secure_delete",
+    "index_exists",
     "index_language",
     "postgresql_ddl",
-    "purge_deleted",
     "averages",
-    "delete_in_place",
-    "end_in_place",
     "sqlite_ddl",
 ]
 
@@ -555,11 +555,11 @@ def drop_index(conn: Connection) -> None:
     """Remove the search index, its triggers and functions (what migration 0005 created).
 
     On a SQLite older than 3.42, an index that a newer one deleted from in place
-    (`delete_in_place`) cannot even be dropped as it is: its format number is set back
+    (`memstore._db.erasure`) cannot even be dropped as it is: its format number is set back
     first (the index goes, so nothing reads it in that format).
     """
     sqlite = conn.dialect.name == "sqlite"
-    if sqlite and not _has_secure_delete(conn) and index_exists(conn):
+    if sqlite and not has_secure_delete(conn) and index_exists(conn):
         try:
             conn.exec_driver_sql(f"UPDATE {INDEX}_config SET v = {_FORMAT} WHERE k = "
                                  f"'version' AND v = {_FORMAT_SECURE_DELETE}")
@@ -579,46 +579,10 @@ SECURE_DELETE_SINCE = (3, 42, 0)
 _FORMAT, _FORMAT_SECURE_DELETE = 4, 5
 
 
-def _has_secure_delete(conn: Connection) -> bool:
+def has_secure_delete(conn: Connection) -> bool:
+    """Whether this connection's SQLite has FTS5's ``'secure-delete'`` (3.42 or newer)."""
     version = tuple(int(part) for part in _sqlite_version(conn).split(".")[:3])
     return version >= SECURE_DELETE_SINCE
-
-
-#: SQLite: a forget deletes from the index in place (`delete_in_place`) when the index
-#: holds at least this many times the messages it deletes. Measured on 1,000,000 indexed
-#: messages (SQLite 3.51): an in-place delete costs about 1.6 ms a message, a merge of
-#: the whole index about 2 s (2 µs a message indexed) plus 10 µs a message deleted.
-IN_PLACE_FACTOR = 800
-
-
-def delete_in_place(conn: Connection, messages: Callable[[], int]) -> bool:
-    """Whether deleting ``messages()`` messages removes them from SQLite's index in place.
-
-    SQLite 3.42 or newer, when the index is large beside what goes: FTS5's
-    ``'secure-delete'`` is switched on in this transaction, so no older segment keeps
-    the deleted messages' words and no merge of the whole index (`purge_deleted`) is
-    needed; `end_in_place` switches it off again. Deleting in place is slow per
-    message (each word is removed from every segment holding it), so a large forget
-    merges instead. The index's format number becomes 5 at the first such delete:
-    SQLite before 3.42 refuses to read or write it from then on (memstore says so,
-    naming the fix: rebuilding the index, which `drop_index` makes possible there).
-
-    Returns ``False`` (nothing done) on PostgreSQL, without the index, on an older
-    SQLite, or for a large delete (``messages`` is called only when it decides).
-    """
-    if conn.dialect.name != "sqlite" or not _has_secure_delete(conn) or not index_exists(conn):
-        return False
-    indexed, _ = averages(conn.exec_driver_sql(
-        f"SELECT block FROM {INDEX}_data WHERE id = 1").scalar())
-    if messages() * IN_PLACE_FACTOR > indexed:
-        return False
-    conn.exec_driver_sql(f"INSERT INTO {INDEX}({INDEX}, rank) VALUES ('secure-delete', 1)")
-    return True
-
-
-def end_in_place(conn: Connection) -> None:
-    """Switch FTS5's ``'secure-delete'`` off again (other deletes stay cheap)."""
-    conn.exec_driver_sql(f"INSERT INTO {INDEX}({INDEX}, rank) VALUES ('secure-delete', 0)")
 
 
 def averages(block: Any) -> tuple[int, int]:
@@ -650,19 +614,6 @@ def _varint(data: bytes, i: int) -> tuple[int, int]:
 def stored_messages(conn: Connection) -> int:
     """How many messages the database stores (what a rebuilt index holds)."""
     return int(conn.exec_driver_sql("SELECT count(*) FROM memstore_messages").scalar() or 0)
-
-
-def purge_deleted(conn: Connection) -> None:
-    """Rewrite SQLite's index without what deleted messages left in it (for ``forget``).
-
-    FTS5 removes a deleted message from its index with a marker in a newer segment; the
-    older segment still holds the message's words until segments are merged. This
-    merges them all now (``'optimize'``: it rewrites the whole index, seconds per
-    million messages). PostgreSQL's index rows are deleted with the messages (``VACUUM``
-    reclaims their space): nothing to do there.
-    """
-    if conn.dialect.name == "sqlite" and index_exists(conn):
-        conn.exec_driver_sql(f"INSERT INTO {INDEX}({INDEX}) VALUES ('optimize')")
 
 
 def rebuild_index(conn: Connection, language: str | None = None, *,
