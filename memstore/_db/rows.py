@@ -289,14 +289,23 @@ def _conversation(cid: str, created_at: datetime, updated_at: datetime, meta: An
                   forked: Any) -> Conversation:
     """A Conversation from its row's decoded values (no validation: they are stored).
 
-    The integer columns come back as ints from both drivers.
+    `memstore.models.build_trusted()` inlined, as `_stored` is (a listing builds one
+    per row). The integer columns come back as ints from both drivers.
     """
-    return build_trusted(Conversation, {
+    conversation: Conversation = _new(Conversation)
+    _set(conversation, "__dict__", {
         "id": cid, "created_at": created_at, "updated_at": updated_at,
         "metadata": meta if meta is not None else {},
         "message_count": last - first + 1, "token_count": tokens,
         "expires_at": expires_at, "parent_id": parent, "forked_at_seq": forked,
     })
+    _set(conversation, "__pydantic_fields_set__", _CONVERSATION_FIELDS)
+    _set(conversation, "__pydantic_extra__", None)
+    _set(conversation, "__pydantic_private__", None)
+    return conversation
+
+
+_CONVERSATION_FIELDS = set(Conversation.model_fields)
 
 
 def conversations_from_raw(rows: Sequence[Sequence[Any]], dialect: str) -> list[Conversation]:
