@@ -19,8 +19,6 @@ if _TYPE_CHECKING:  # what type checkers and IDEs see; at run time, `__getattr__
     from memstore.aio import AsyncChatContext, AsyncMemoryStore
     from memstore.context.builder import (
         Block,
-        CompiledContext,
-        CompileReport,
         ContextBuilder,
         Drop,
         HistoryBlock,
@@ -30,6 +28,7 @@ if _TYPE_CHECKING:  # what type checkers and IDEs see; at run time, `__getattr__
         Tier,
         TruncateOldest,
     )
+    from memstore.context.compiled import CompiledContext, CompileReport
     from memstore.context.formatters import MarkdownListFormatter, XMLFormatter, inject_into_system
     from memstore.context.recall import Recall, RecallReport
     from memstore.errors import (
@@ -120,8 +119,8 @@ _LAZY: dict[str, str] = {
     "BufferedView": "memstore.views",
     "CacheInfo": "memstore._db.cache",
     "ChatContext": "memstore.store",
-    "CompileReport": "memstore.context.builder",
-    "CompiledContext": "memstore.context.builder",
+    "CompileReport": "memstore.context.compiled",
+    "CompiledContext": "memstore.context.compiled",
     "ConfigurationError": "memstore.errors",
     "ConflictError": "memstore.errors",
     "ConnectionLostError": "memstore.errors",
