@@ -26,26 +26,25 @@ from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
     Callable,
-    Generator,
     Iterable,
     Iterator,
     Mapping,
     Sequence,
 )
 from contextlib import nullcontext, suppress
-from datetime import datetime, timedelta
-from types import EllipsisType
+from datetime import datetime
 from typing import Any, Literal, TextIO, overload
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
-from memstore import _base, _lifecycle, _streaming
+from memstore import _base, _streaming
 from memstore._base import Durability, MessageLike, MigrateMode, Plan, Summarizer
 from memstore._db import snapshots as _snapshots
 from memstore._db import stateio as _stateio
 from memstore._db.cache import DEFAULT_CACHE_SIZE, CacheInfo
 from memstore._db.engine import make_async_engine, turn_of, write_options
+from memstore._store_lifecycle import AsyncLifecycleMethods
 from memstore._validate import check_flag
 from memstore.errors import (
     ConfigurationError,
@@ -55,13 +54,10 @@ from memstore.errors import (
 )
 from memstore.migrate import amigration_turn
 from memstore.models import (
-    AuditEntry,
     Conversation,
     ConversationState,
-    ForgetReport,
     LoadReport,
     Message,
-    PruneReport,
     StoredMessage,
     StoreStats,
     Summary,
@@ -77,7 +73,7 @@ __all__ = ["AsyncChatContext", "AsyncMemoryStore"]
 THREAD_PREPARE_THRESHOLD = 16
 
 
-class AsyncMemoryStore:
+class AsyncMemoryStore(AsyncLifecycleMethods):
     """[`memstore.MemoryStore`][memstore.MemoryStore] on asyncio: same methods, as coroutines.
 
     Args:
@@ -331,121 +327,6 @@ class AsyncMemoryStore:
         See [`MemoryStore.get_conversation()`][memstore.MemoryStore.get_conversation].
         """
         return await self._execute(self._plan.get_conversation(id))  # type: ignore[no-any-return]
-
-    async def list_conversations(
-        self,
-        limit: int = 100,
-        after: str | Conversation | None = None,
-        *,
-        where: Mapping[str, str | int | bool | None] | None = None,
-        parent_id: str | None = None,
-        updated_after: datetime | None = None,
-        updated_before: datetime | None = None,
-        order: Literal["id", "updated"] = "id",
-    ) -> list[Conversation]:
-        """One page of conversations, filtered and keyset-paginated.
-
-        See [`MemoryStore.list_conversations()`][memstore.MemoryStore.list_conversations].
-        """
-        return await self._execute(_lifecycle.list_plan(  # type: ignore[no-any-return]
-            limit, after, where, parent_id, updated_after, updated_before, order))
-
-    async def count_conversations(
-        self,
-        *,
-        where: Mapping[str, str | int | bool | None] | None = None,
-        parent_id: str | None = None,
-        updated_after: datetime | None = None,
-        updated_before: datetime | None = None,
-    ) -> int:
-        """How many conversations the filters of ``list_conversations`` cover."""
-        return await self._execute(_lifecycle.count_plan(  # type: ignore[no-any-return]
-            where, parent_id, updated_after, updated_before))
-
-    async def update_conversation(
-        self,
-        id: str,
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        merge: bool = True,
-        expires_at: datetime | timedelta | EllipsisType | None = ...,
-    ) -> Conversation:
-        """Change a conversation's metadata and/or expiry.
-
-        See [`MemoryStore.update_conversation()`][memstore.MemoryStore.update_conversation].
-        """
-        return await self._execute(_lifecycle.update_plan(  # type: ignore[no-any-return]
-            id, metadata, merge, expires_at))
-
-    async def fork(
-        self,
-        source_id: str,
-        new_id: str | None = None,
-        *,
-        at_seq: int | None = None,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> Conversation:
-        """Copy a conversation up to ``at_seq`` into a new one.
-
-        See [`MemoryStore.fork()`][memstore.MemoryStore.fork].
-        """
-        return await self._execute(_lifecycle.fork_plan(  # type: ignore[no-any-return]
-            source_id, new_id, at_seq, metadata))
-
-    async def prune(
-        self,
-        *,
-        older_than: timedelta | None = None,
-        keep_last: int | None = None,
-        expired: bool = False,
-        where: Mapping[str, str | int | bool | None] | None = None,
-        conversation_ids: Iterable[str] | None = None,
-        keep_anchored: bool = True,
-        keep_summaries: bool = True,
-        drop_empty: bool = False,
-        dry_run: bool = False,
-        progress: Callable[[int], object] | None = None,
-    ) -> PruneReport:
-        """Delete what a retention policy covers, conversation by conversation.
-
-        See [`MemoryStore.prune()`][memstore.MemoryStore.prune].
-        """
-        return await self._drive(_lifecycle.prune_steps(  # type: ignore[no-any-return]
-            older_than, keep_last, expired, where, conversation_ids, keep_anchored,
-            keep_summaries, drop_empty, dry_run, progress))
-
-    async def _drive(self, steps: Generator[Plan, Any, Any]) -> Any:
-        """Run a sequence of plans (each its own transaction), sending back each result."""
-        plan = next(steps)
-        while True:
-            try:
-                plan = steps.send(await self._execute(plan))
-            except StopIteration as stop:
-                return stop.value
-
-    async def forget(
-        self,
-        *,
-        where: Mapping[str, str | int | bool | None] | None = None,
-        conversation_ids: Iterable[str] | None = None,
-        reason: str | None = None,
-        vacuum: bool = False,
-        dry_run: bool = False,
-    ) -> ForgetReport:
-        """Erase everything of one subject, with an audit entry that holds none of it.
-
-        See [`MemoryStore.forget()`][memstore.MemoryStore.forget].
-        """
-        return await self._drive(_lifecycle.forget_steps(  # type: ignore[no-any-return]
-            where, conversation_ids, reason, vacuum, dry_run, self._engine.dialect.name))
-
-    async def audit_log(self, limit: int = 100, after: int | None = None) -> list[AuditEntry]:
-        """The audit log, oldest first.
-
-        See [`MemoryStore.audit_log()`][memstore.MemoryStore.audit_log].
-        """
-        return await self._execute(  # type: ignore[no-any-return]
-            _lifecycle.audit_plan(limit, after))
 
     async def delete_conversation(self, id: str) -> None:
         """Delete a conversation and its messages.
