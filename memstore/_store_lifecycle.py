@@ -257,9 +257,9 @@ class LifecycleMethods:
         drops the messages' words (in place from SQLite 3.42 when they are few beside
         the index; rebuilt from what stays when they are over a third of it; else by
         merging the whole index), and a truncating WAL checkpoint follows, so the text
-        can no longer be
-        read from the database file or its WAL (unless another connection holds an old
-        snapshot at that moment; it is reclaimed at the next checkpoint). With
+        can no longer be read from the database file or its WAL (unless another
+        connection holds an old snapshot at that moment; it is reclaimed at the next
+        checkpoint). With
         ``vacuum=True``, a ``VACUUM`` follows: on PostgreSQL of memstore's tables, on
         SQLite of the whole file (it also clears copies that writes made before
         memstore turned ``secure_delete`` on may have left in free space: an older
@@ -373,7 +373,6 @@ class AsyncLifecycleMethods:
         return await _adrive(self, _lifecycle.prune_steps(  # type: ignore[no-any-return]
             older_than, keep_last, expired, where, conversation_ids, keep_anchored,
             keep_summaries, drop_empty, dry_run, progress))
-
 
     async def forget(
         self: _AsyncRuns,

@@ -601,19 +601,45 @@ def test_forget_leaves_no_copy_in_the_sqlite_files(tmp_path: Path, way: str,
         store.delete_conversation("z")
         assert sorted((h.conversation_id, h.seq) for h in store.search("unrelated")) == [
             ("y", 1), ("y", 2)]
-        assert store.search("zzother") == []
         with store.engine.connect() as conn:
+            # the index itself, not a search (which joins the live messages): the delete
+            # triggers are back, so z's words left it with z
+            assert _indexed(conn, "zzother") == 0 and _indexed(conn, "unrelated") == 2
             conn.exec_driver_sql(
                 "INSERT INTO fts_memstore_messages(fts_memstore_messages) "
                 "VALUES ('integrity-check')")
-            triggers = {name for (name,) in conn.exec_driver_sql(
-                "SELECT name FROM sqlite_master WHERE type = 'trigger' "
-                "AND name LIKE 'memstore_search_%'")}
-            assert {"memstore_search_delete", "memstore_search_delete_parts"} <= triggers
+            # one indexed document per live message, no more: the rows FTS5 keeps a size
+            # for are the messages' rows
+            indexed = {r for (r,) in conn.exec_driver_sql(
+                "SELECT id FROM fts_memstore_messages_docsize")}
+            assert indexed == {r for (r,) in conn.exec_driver_sql(
+                "SELECT rowid FROM memstore_messages")} and len(indexed) == 2
+            assert _delete_triggers(conn) == {"memstore_search_delete",
+                                              "memstore_search_delete_parts"}
             # the larger page cache of the purge was the forget's only
             assert conn.exec_driver_sql("PRAGMA cache_size").scalar() == cache
     finally:
         store.close()
+
+
+def test_a_forget_that_matches_nothing_leaves_the_index_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No merge of the whole index under the write lock for a selector matching nothing."""
+    from memstore._db import erasure
+
+    merges: list[int] = []
+    monkeypatch.setattr(erasure, "purge_deleted", lambda conn: merges.append(1))
+    with MemoryStore(f"sqlite:///{tmp_path / 'm.db'}", counter=FixedCounter()) as store:
+        store.create_conversation("x", {"user_id": "u1"})
+        store.extend("x", [Message.user(f"words {i}") for i in range(5)])
+        with store.engine.connect() as conn:
+            chosen = erasure.begin(conn, lambda: 0)
+            conn.rollback()
+        assert chosen.way == "none"
+        report = store.forget(where={"user_id": "nobody"})
+        assert (report.conversations, report.messages, merges) == (0, 0, [])
+        assert store.forget(where={"user_id": "u1"}).messages == 5
+        assert store.audit_log()[0].messages == 0
 
 
 def test_a_failed_rebuilding_forget_keeps_the_index_and_its_triggers(
@@ -636,8 +662,25 @@ def test_a_failed_rebuilding_forget_keeps_the_index_and_its_triggers(
             store.forget(where={"user_id": "u1"})
         monkeypatch.undo()
         assert len(store.search("secretword", limit=100)) == 20
+        with store.engine.connect() as conn:
+            assert _delete_triggers(conn) == {"memstore_search_delete",
+                                              "memstore_search_delete_parts"}
         store.delete_conversation("x")  # the delete triggers are back: the index follows
-        assert store.search("secretword") == []
+        with store.engine.connect() as conn:
+            assert _indexed(conn, "secretword") == 0
+
+
+def _indexed(conn: Any, word: str) -> int:
+    """How many rows SQLite's search index itself holds for ``word``."""
+    return int(conn.exec_driver_sql(
+        "SELECT count(*) FROM fts_memstore_messages WHERE fts_memstore_messages MATCH ?",
+        (word,)).scalar())
+
+
+def _delete_triggers(conn: Any) -> set[str]:
+    return {name for (name,) in conn.exec_driver_sql(
+        "SELECT name FROM sqlite_master WHERE type = 'trigger' "
+        "AND name LIKE 'memstore_search_delete%'")}
 
 
 def test_forget_with_vacuum_clears_what_writes_without_secure_delete_left(

@@ -160,14 +160,28 @@ def test_an_older_sqlite_is_told_how_to_recover_and_can(tmp_path: Path) -> None:
         assert len(store.search("unrelated", limit=100)) == 31
 
 
-def test_an_older_sqlite_forgets_by_merging_the_index(tmp_path: Path) -> None:
-    """Without secure-delete (this Python's SQLite, if older): the words go all the same."""
+@pytest.mark.parametrize("way", ["rebuild", "merge"])
+def test_an_older_sqlite_forgets_by_rebuilding_or_merging_the_index(
+        tmp_path: Path, way: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without secure-delete (this Python's SQLite, if older): the words go all the same,
+    the index rebuilt from what stays (the forget is most of it, as here) or merged."""
     if not SYSTEM_IS_OLDER:
         pytest.skip(f"this Python's SQLite {sqlite3.sqlite_version} has secure-delete")
+    monkeypatch.setattr(_erasure, "REBUILD_SHARE", 1_000 if way == "rebuild" else 0)
+    chosen: list[str] = []
+    begin = _erasure.begin
+
+    def record(*args: Any) -> Any:
+        found = begin(*args)
+        chosen.append(found.way)
+        return found
+
+    monkeypatch.setattr(_erasure, "begin", record)
     path = tmp_path / "m.db"
     with MemoryStore(f"sqlite:///{path}", counter=FixedCounter()) as store:
         _fill(store)
         store.forget(where={"user_id": "u1"})
+    assert chosen == [way]
     for secret in (PLANTED, TOKEN):
         assert all(secret.encode() not in p.read_bytes() for p in _files(path)), secret
     assert _format(path) == 4
@@ -183,7 +197,7 @@ def test_only_a_forget_small_beside_the_index_deletes_in_place(
     monkeypatch.setattr(_erasure, "IN_PLACE_FACTOR", 4)
     with _store(tmp_path / "m.db") as store:
         _fill(store)  # 80 messages indexed
-        for messages, expected in ((20, "in place"), (21, "merge"), (0, "in place"),
+        for messages, expected in ((20, "in place"), (21, "merge"), (0, "none"),
                                    (26, "merge"), (27, "rebuild")):
             with store.engine.connect() as conn, conn.begin():
                 assert _erasure.begin(conn, lambda n=messages: n).way == expected, messages

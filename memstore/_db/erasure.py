@@ -74,7 +74,7 @@ class Erasure:
     """The way a forget chose (`begin`) and what `finish` needs to complete it.
 
     Attributes:
-        way: ``"none"`` (PostgreSQL, or no index), ``"in place"``, ``"rebuild"`` or
+        way: ``"none"`` (PostgreSQL, no index, or nothing deleted), ``"in place"``, ``"rebuild"`` or
             ``"merge"``.
         triggers: the SQL of the delete triggers a rebuild dropped (created again by
             `finish`).
@@ -99,6 +99,8 @@ def begin(conn: Connection, messages: Callable[[], int]) -> Erasure:
     indexed, _ = averages(conn.exec_driver_sql(
         f"SELECT block FROM {INDEX}_data WHERE id = 1").scalar())
     deleted = messages()
+    if deleted == 0:  # nothing goes (a selector that matched nothing): nothing to erase
+        return Erasure("none")
     if has_secure_delete(conn) and deleted * IN_PLACE_FACTOR <= indexed:
         conn.exec_driver_sql(f"INSERT INTO {INDEX}({INDEX}, rank) VALUES ('secure-delete', 1)")
         return Erasure("in place")
@@ -145,7 +147,7 @@ def _page_cache(conn: Connection) -> Iterator[None]:
     """Run the block with a page cache of at least `PURGE_CACHE_KIB` (then as it was).
 
     ``cache_size`` belongs to the connection, not to the transaction: it is set back
-    whatever the block raises.
+    whatever the block raises (a connection's larger cache is left as it is).
     """
     previous = int(conn.exec_driver_sql("PRAGMA cache_size").scalar() or 0)
     page = int(conn.exec_driver_sql("PRAGMA page_size").scalar() or 4096)
@@ -156,5 +158,10 @@ def _page_cache(conn: Connection) -> Iterator[None]:
     conn.exec_driver_sql(f"PRAGMA cache_size = -{PURGE_CACHE_KIB}")
     try:
         yield
-    finally:
-        conn.exec_driver_sql(f"PRAGMA cache_size = {previous}")
+    except BaseException:
+        # The block's error is the one to report: a connection that failed (a disk
+        # error, an invalidated connection) may refuse the pragma too.
+        with contextlib.suppress(Exception):
+            conn.exec_driver_sql(f"PRAGMA cache_size = {previous}")
+        raise
+    conn.exec_driver_sql(f"PRAGMA cache_size = {previous}")
