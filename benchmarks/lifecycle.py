@@ -34,6 +34,12 @@ What is measured, per database:
   process, the forget of one other user's 100 messages (a person's few messages in a
   large store: on SQLite 3.42 or newer, ``--sqlite-module``, deleted from the index in
   place).
+* **erasure** (SQLite): the two ways a forget takes a large share of the messages out
+  of the full-text index (`memstore._db.erasure`: merge the whole index after marking
+  the deleted messages, or rebuild it from what stays), each forced in turn on a fresh
+  copy of one store of conversations of 100 messages (1,000 of them, ``--full``:
+  3,000), a share of 0.25, 0.33, 0.4 and 0.5 of them forgotten, each forget in a fresh
+  process. Where the two cross is ``REBUILD_SHARE``.
 * **fork**: ``fork`` of a 100,000-message conversation, three times (new ids) in a
   fresh process: microseconds per message copied (median), and the growth of the
   process's peak RSS during the first fork (the copy runs in the database; on SQLite
@@ -86,11 +92,14 @@ FORGET_OTHER_MESSAGES = 100
 #: 1,000,000 messages (on SQLite the index merge a forget ends with covers the whole
 #: index, so it grows with the store, not only with the subject).
 FORGET_OTHERS = {"quick": 200, "full": 9_000}
+#: The erasure phase: conversations of 100 messages, and the shares of them forgotten.
+ERASURE_CONVERSATIONS = {"quick": 1_000, "full": 3_000}
+ERASURE_SHARES = (0.25, 0.33, 0.4, 0.5)
 FORK_MESSAGES = 100_000
 FORK_REPEATS = 3
 BATCH = 10_000
 COUNTER = "fixed"  # the name the rows' token counts are stored under (FixedCounter's)
-PHASES = ("list", "prune", "forget", "fork")
+PHASES = ("list", "prune", "forget", "fork", "erasure")
 
 
 def _log(text: str) -> None:
@@ -451,6 +460,45 @@ def bench_fork(kind: str, pg_url: str, keep: bool) -> dict[str, Any]:
     return result
 
 
+def bench_erasure(mode: str, keep: bool) -> list[dict[str, Any]]:
+    """SQLite: forget's two ways out of the index (merge, rebuild) at several shares.
+
+    One store of conversations of 100 messages; each forget runs in a fresh process on
+    a fresh copy of its file, the way forced (``memstore._db.erasure.REBUILD_SHARE``),
+    so both ways are timed on the same data at each share of the index deleted.
+    """
+    import shutil
+
+    rng = random.Random(SEED + 3)
+    db = Database("sqlite", "erasure", "", keep)
+    assert db.path is not None
+    copy = db.path.with_name("lifecycle-erasure-run.db")
+    out = []
+    try:
+        now = datetime.now(timezone.utc)
+        ids = [f"c{i:05d}" for i in range(ERASURE_CONVERSATIONS[mode])]
+        started = time.perf_counter()
+        written = load(db, [(cid, 100, {"user_id": cid}, now - timedelta(days=30), now)
+                            for cid in ids], Texts(), rng)
+        _log(f"  {written:,} messages written in {time.perf_counter() - started:.1f} s")
+        for share in ERASURE_SHARES:
+            for way in ("merge", "rebuild"):
+                for suffix in ("", "-wal", "-shm"):
+                    Path(f"{copy}{suffix}").unlink(missing_ok=True)
+                    if Path(f"{db.path}{suffix}").exists():
+                        shutil.copy(f"{db.path}{suffix}", f"{copy}{suffix}")
+                result = _worker("erasure", f"sqlite:///{copy}",
+                                 ["--way", way, "--share", str(share)])
+                assert result["way"] == way, result
+                out.append(result)
+                _log(f"  {share:.2f} {way}: {result['seconds']:.2f} s")
+    finally:
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{copy}{suffix}").unlink(missing_ok=True)
+        db.drop()
+    return out
+
+
 # ---- workers (a fresh process each) ---------------------------------------------------------
 
 
@@ -498,8 +546,8 @@ def _sqlite_version() -> str:
     return f"{module.sqlite_version} (through {module.__name__})"
 
 
-def run_worker(kind: str, url: str) -> dict[str, Any]:
-    """One measurement in this (fresh) process."""
+def run_worker(kind: str, url: str, way: str = "merge", share: float = 0.0) -> dict[str, Any]:
+    """One measurement in this (fresh) process (``way`` and ``share``: the erasure's)."""
     from memstore import MemoryStore
     from memstore.tokens import FixedCounter
 
@@ -539,6 +587,28 @@ def run_worker(kind: str, url: str) -> dict[str, Any]:
                     "us_per_message": statistics.median(times) / made.message_count * 1e6,
                     "rss_delta_mib": phase.peak_mib, "rss_open_mib": opened,
                     "peak_rss_mib": _peak_mib()}
+        if kind == "erasure":
+            from memstore._db import erasure
+
+            # The way forced: a rebuild above a share of 0, a merge below a share of 2.
+            erasure.REBUILD_SHARE = 0.0 if way == "rebuild" else 2.0
+            erasure.IN_PLACE_FACTOR = 10**12  # never in place
+            chosen: list[str] = []
+            begin = erasure.begin
+
+            def record(*args: Any) -> Any:
+                found = begin(*args)
+                chosen.append(found.way)
+                return found
+
+            erasure.begin = record  # type: ignore[assignment]
+            ids = [c.id for c in store.list_conversations(limit=10_000)]
+            targets = ids[:round(len(ids) * share)]
+            t0 = time.perf_counter()
+            done = store.forget(conversation_ids=targets)
+            return {"share": share, "way": chosen[0], "messages": done.messages,
+                    "indexed": len(ids) * 100,
+                    "seconds": time.perf_counter() - t0}
         raise SystemExit(f"unknown worker {kind!r}")
     finally:
         store.close()
@@ -634,6 +704,16 @@ def markdown(results: dict[str, Any]) -> str:
               "SQLite runs with the store's default `durability=\"full\"` (one fsync per "
               "pruned conversation), and PostgreSQL is the local server with its default "
               "settings. The JSON of the run holds p95s and every timing."]
+    runs = results["databases"].get("sqlite", {}).get("erasure")
+    if runs:
+        n = runs[0]["indexed"]
+        lines += ["", f"SQLite, `forget` of a share of {n:,} indexed messages (conversations "
+                  "of 100), each way forced on a fresh copy:", "",
+                  "| share forgotten | merge | rebuild |", "|---:|---:|---:|"]
+        for share in sorted({r["share"] for r in runs}):
+            cells = {r["way"]: f"{r['seconds']:.2f} s" for r in runs if r["share"] == share}
+            lines.append(f"| {share:.2f} | {cells.get('merge', '-')} | "
+                         f"{cells.get('rebuild', '-')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -658,9 +738,11 @@ def main(argv: list[str] | None = None) -> int:
                         "pysqlite3.dbapi2 for a newer SQLite (default: sqlite3)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--way", default="merge", help=argparse.SUPPRESS)
+    parser.add_argument("--share", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        print(json.dumps(run_worker(args.worker, args.url)))
+        print(json.dumps(run_worker(args.worker, args.url, args.way, args.share)))
         return 0
     if args.sqlite_module:
         os.environ[SQLITE_MODULE] = args.sqlite_module  # the workers inherit it
@@ -707,6 +789,9 @@ def main(argv: list[str] | None = None) -> int:
             _log(f"{kind}: fork")
             found["fork"] = bench_fork(kind, args.pg_url, args.keep_dbs)
             _log(f"  {found['fork']}")
+        if "erasure" in phases and kind == "sqlite":
+            _log("sqlite: erasure")
+            found["erasure"] = bench_erasure(mode, args.keep_dbs)
         out.write_text(json.dumps(results, indent=2, default=str))
     results["machine"]["load_1min"] = max(results["machine"]["load_1min"] or 0.0,
                                           os.getloadavg()[0])

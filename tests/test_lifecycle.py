@@ -562,7 +562,7 @@ def test_forget_leaves_no_copy_in_the_sqlite_files(tmp_path: Path, way: str,
     index rebuilt from what stays (the forget is most of it) or merged whole."""
     from memstore._db import erasure
 
-    monkeypatch.setattr(erasure, "REBUILD_SHARE", 1_000 if way == "rebuild" else 0)
+    monkeypatch.setattr(erasure, "REBUILD_SHARE", 0.0 if way == "rebuild" else 2.0)
     chosen: list[str] = []
     begin = erasure.begin
 
@@ -657,7 +657,7 @@ def test_a_failed_rebuilding_forget_keeps_the_index_and_its_triggers(
             raise RuntimeError("the disk is gone")
 
         monkeypatch.setattr(lifecycle, "delete_contents", fail_midway)
-        monkeypatch.setattr(erasure, "REBUILD_SHARE", 1_000)
+        monkeypatch.setattr(erasure, "REBUILD_SHARE", 0.0)
         with pytest.raises(RuntimeError):
             store.forget(where={"user_id": "u1"})
         monkeypatch.undo()

@@ -74,7 +74,7 @@ def test_forget_leaves_no_copy_where_sqlite_does_not_zero_by_default(
     hold no stale copies of its rows either; every way of purging the index."""
     if index != "in place":  # the forget is large beside the index
         monkeypatch.setattr(_erasure, "IN_PLACE_FACTOR", 800)
-        monkeypatch.setattr(_erasure, "REBUILD_SHARE", 1_000 if index == "rebuild" else 0)
+        monkeypatch.setattr(_erasure, "REBUILD_SHARE", 0.0 if index == "rebuild" else 2.0)
     path = tmp_path / "m.db"
     store = _store(path)
     try:
@@ -167,7 +167,7 @@ def test_an_older_sqlite_forgets_by_rebuilding_or_merging_the_index(
     the index rebuilt from what stays (the forget is most of it, as here) or merged."""
     if not SYSTEM_IS_OLDER:
         pytest.skip(f"this Python's SQLite {sqlite3.sqlite_version} has secure-delete")
-    monkeypatch.setattr(_erasure, "REBUILD_SHARE", 1_000 if way == "rebuild" else 0)
+    monkeypatch.setattr(_erasure, "REBUILD_SHARE", 0.0 if way == "rebuild" else 2.0)
     chosen: list[str] = []
     begin = _erasure.begin
 

@@ -9,17 +9,15 @@ deletes it completes that way (`finish`), in the forget's transaction:
   `IN_PLACE_FACTOR` or fewer): FTS5's ``'secure-delete'`` option removes each deleted
   row's words from every segment holding them. Slow per message (about 1.6 ms, each
   word rewritten where it lies), so only for a few.
-* **rebuild** (the forget deletes more than one in `REBUILD_SHARE` of the indexed
-  messages): the index's delete triggers are dropped for the transaction (DDL is
-  transactional in SQLite: a failure, or a crash, restores them with everything else),
-  and the index is emptied and filled again from the messages that stay. Indexing what
-  stays then costs less than what the markers and the merge would: tokenizing a
-  deleted message for its marker costs as much as indexing one (30-35 µs here), and
-  the merge rewrites every message the index holds.
+* **rebuild** (the forget deletes more than `REBUILD_SHARE` of the indexed messages):
+  the index's delete triggers are dropped for the transaction (DDL is transactional in
+  SQLite: a failure, or a crash, restores them with everything else), and the index is
+  emptied and filled again from the messages that stay. Indexing what stays then costs
+  less than what the markers and the merge would: tokenizing a deleted message for its
+  marker costs about as much as indexing one, and the merge rewrites every message the
+  index holds.
 * **merge** (otherwise): the markers, then ``'optimize'`` rewrites the whole index
-  without what they mark. Its cost grows with the index: about 6 µs a message indexed
-  with the default page cache, 4 µs with `PURGE_CACHE_KIB` (measured on 900,000
-  messages, SQLite 3.40), so the merge and the rebuild run with that larger cache.
+  without what they mark; its cost grows with the index (seconds per million messages).
 
 ``secure_delete`` (on for every memstore connection) zeroes the pages each way frees.
 PostgreSQL's index rows are deleted with the messages (``VACUUM`` reclaims their
@@ -28,8 +26,7 @@ space): nothing to choose there.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -39,7 +36,6 @@ from memstore._db.search import INDEX, SOURCE, averages, has_secure_delete, inde
 
 __all__ = [
     "IN_PLACE_FACTOR",
-    "PURGE_CACHE_KIB",
     "REBUILD_SHARE",
     "Erasure",
     "begin",
@@ -51,16 +47,14 @@ __all__ = [
 #: Measured on 1,000,000 indexed messages (SQLite 3.51): an in-place delete costs about
 #: 1.6 ms a message, a merge of the whole index about 2 s plus 10 µs a message deleted.
 IN_PLACE_FACTOR = 800
-#: Rebuild when more than one in this many indexed messages goes. Measured on 900,000
-#: messages (SQLite 3.40): the markers cost about 35 µs a message deleted and the merge
-#: 6 µs a message indexed, indexing what stays 27 µs a message: the two ways cost the
-#: same when about a third goes.
-REBUILD_SHARE = 3
-#: The page cache (KiB) a merge or a rebuild runs with, if the connection's is smaller:
-#: SQLite allocates it as pages are read, and returns it to the connection's own size
-#: afterwards. Measured merging 900,000 messages (SQLite 3.40): 6.3 s with 16 MiB,
-#: 5.1 s with 64, 3.7 s with 128, 3.2 s with 256.
-PURGE_CACHE_KIB = 128 * 1024
+#: Rebuild when more than this share of the indexed messages goes: about where the two
+#: ways cost the same (`python -m benchmarks.lifecycle --db sqlite --phases erasure
+#: [--full]` times both at several shares). Where they cross depends on the text: on
+#: the benchmarks' agent conversations (300,000 messages, SQLite 3.40) merge/rebuild
+#: took 10.8/9.8 s at a share of 0.25 and 12.1/8.5 s at 0.33; on messages of 35 words
+#: from a wide vocabulary (300,000) 10.5/12.5 s at 0.33 and 13.8/12.5 s at 0.4 (SQLite
+#: 3.51: 8.1/13.4 s at 0.25, 11.1/9.4 s at 0.4).
+REBUILD_SHARE = 1 / 3
 
 #: The index's delete triggers (revision 0007 splits plain messages from the others;
 #: revision 0005 has the first one only).
@@ -104,7 +98,7 @@ def begin(conn: Connection, messages: Callable[[], int]) -> Erasure:
     if has_secure_delete(conn) and deleted * IN_PLACE_FACTOR <= indexed:
         conn.exec_driver_sql(f"INSERT INTO {INDEX}({INDEX}, rank) VALUES ('secure-delete', 1)")
         return Erasure("in place")
-    if deleted * REBUILD_SHARE > indexed:
+    if deleted > REBUILD_SHARE * indexed:
         found = conn.exec_driver_sql(
             "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND "
             "tbl_name = 'memstore_messages' AND name IN (?, ?) ORDER BY name",
@@ -121,9 +115,8 @@ def finish(conn: Connection, erasure: Erasure) -> None:
         # Off again: other deletes (prune, clear) stay cheap.
         conn.exec_driver_sql(f"INSERT INTO {INDEX}({INDEX}, rank) VALUES ('secure-delete', 0)")
     elif erasure.way == "rebuild":
-        with _page_cache(conn):
-            conn.exec_driver_sql(f"INSERT INTO {INDEX}({INDEX}) VALUES ('delete-all')")
-            conn.exec_driver_sql(f"INSERT INTO {INDEX}(rowid, body) SELECT id, body FROM {SOURCE}")
+        conn.exec_driver_sql(f"INSERT INTO {INDEX}({INDEX}) VALUES ('delete-all')")
+        conn.exec_driver_sql(f"INSERT INTO {INDEX}(rowid, body) SELECT id, body FROM {SOURCE}")
         for statement in erasure.triggers:
             conn.exec_driver_sql(statement)
     elif erasure.way == "merge":
@@ -135,33 +128,7 @@ def purge_deleted(conn: Connection) -> None:
 
     FTS5 marks a deleted message in a newer segment; the older one still holds its
     words until they merge. This merges them all now (``'optimize'``: the whole index
-    rewritten, seconds per million messages), with the larger page cache.
+    rewritten, seconds per million messages).
     """
     if conn.dialect.name == "sqlite" and index_exists(conn):
-        with _page_cache(conn):
-            conn.exec_driver_sql(f"INSERT INTO {INDEX}({INDEX}) VALUES ('optimize')")
-
-
-@contextlib.contextmanager
-def _page_cache(conn: Connection) -> Iterator[None]:
-    """Run the block with a page cache of at least `PURGE_CACHE_KIB` (then as it was).
-
-    ``cache_size`` belongs to the connection, not to the transaction: it is set back
-    whatever the block raises (a connection's larger cache is left as it is).
-    """
-    previous = int(conn.exec_driver_sql("PRAGMA cache_size").scalar() or 0)
-    page = int(conn.exec_driver_sql("PRAGMA page_size").scalar() or 4096)
-    kib = -previous if previous < 0 else previous * page // 1024
-    if kib >= PURGE_CACHE_KIB:
-        yield
-        return
-    conn.exec_driver_sql(f"PRAGMA cache_size = -{PURGE_CACHE_KIB}")
-    try:
-        yield
-    except BaseException:
-        # The block's error is the one to report: a connection that failed (a disk
-        # error, an invalidated connection) may refuse the pragma too.
-        with contextlib.suppress(Exception):
-            conn.exec_driver_sql(f"PRAGMA cache_size = {previous}")
-        raise
-    conn.exec_driver_sql(f"PRAGMA cache_size = {previous}")
+        conn.exec_driver_sql(f"INSERT INTO {INDEX}({INDEX}) VALUES ('optimize')")
