@@ -68,8 +68,8 @@ class Erasure:
     """The way a forget chose (`begin`) and what `finish` needs to complete it.
 
     Attributes:
-        way: ``"none"`` (PostgreSQL, no index, or nothing deleted), ``"in place"``, ``"rebuild"`` or
-            ``"merge"``.
+        way: ``"none"`` (PostgreSQL, no index, or nothing deleted), ``"in place"``,
+            ``"rebuild"`` or ``"merge"``.
         triggers: the SQL of the delete triggers a rebuild dropped (created again by
             `finish`).
     """
