@@ -29,6 +29,29 @@ def examples(n: int) -> int:
     return n if FULL else max(min(n, 10), n // QUICK_FRACTION)
 
 
+def erasure_ways(monkeypatch: pytest.MonkeyPatch, force: str | None = None) -> list[str]:
+    """The ways forget's SQLite erasure chooses from now on (`memstore._db.erasure`).
+
+    ``force``: ``"rebuild"`` or ``"merge"`` makes every forget that deletes something
+    take that way (a rebuild above a share of 0, a merge below a share of 2); ``None``
+    leaves the choice as it is.
+    """
+    from memstore._db import erasure
+
+    if force is not None:
+        monkeypatch.setattr(erasure, "REBUILD_SHARE", 0.0 if force == "rebuild" else 2.0)
+    chosen: list[str] = []
+    begin = erasure.begin
+
+    def record(*args: Any) -> Any:
+        found = begin(*args)
+        chosen.append(found.way)
+        return found
+
+    monkeypatch.setattr(erasure, "begin", record)
+    return chosen
+
+
 async def call(value: Any) -> Any:
     """Await ``value`` if it is awaitable: lets one test body drive both stores."""
     if inspect.isawaitable(value):

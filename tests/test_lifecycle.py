@@ -33,7 +33,7 @@ from memstore import (
 )
 from memstore.errors import ConflictError
 from memstore.tokens import FixedCounter
-from tests.helpers import call, examples
+from tests.helpers import call, erasure_ways, examples
 
 NOW = datetime.now(timezone.utc)
 
@@ -560,18 +560,7 @@ def test_forget_leaves_no_copy_in_the_sqlite_files(tmp_path: Path, way: str,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Both ways a forget takes the words out of SQLite's index on any SQLite: the
     index rebuilt from what stays (the forget is most of it) or merged whole."""
-    from memstore._db import erasure
-
-    monkeypatch.setattr(erasure, "REBUILD_SHARE", 0.0 if way == "rebuild" else 2.0)
-    chosen: list[str] = []
-    begin = erasure.begin
-
-    def record(*args: Any) -> Any:
-        found = begin(*args)
-        chosen.append(found.way)
-        return found
-
-    monkeypatch.setattr(erasure, "begin", record)
+    chosen = erasure_ways(monkeypatch, force=way)
     path = tmp_path / "m.db"
     planted = "zq-planted-" + "7" * 12
     token = "zqsecretword" + "4" * 9  # one word: the search index holds it as a token

@@ -26,6 +26,7 @@ from memstore._db import erasure as _erasure
 from memstore._db.search import INDEX, SECURE_DELETE_SINCE
 from memstore.errors import ConfigurationError
 from memstore.tokens import FixedCounter
+from tests.helpers import erasure_ways
 
 newer = pytest.importorskip(
     "pysqlite3.dbapi2", reason="pysqlite3 (pip install pysqlite3-binary) is not installed: "
@@ -74,7 +75,7 @@ def test_forget_leaves_no_copy_where_sqlite_does_not_zero_by_default(
     hold no stale copies of its rows either; every way of purging the index."""
     if index != "in place":  # the forget is large beside the index
         monkeypatch.setattr(_erasure, "IN_PLACE_FACTOR", 800)
-        monkeypatch.setattr(_erasure, "REBUILD_SHARE", 0.0 if index == "rebuild" else 2.0)
+    chosen = erasure_ways(monkeypatch, force=None if index == "in place" else index)
     path = tmp_path / "m.db"
     store = _store(path)
     try:
@@ -82,6 +83,7 @@ def test_forget_leaves_no_copy_where_sqlite_does_not_zero_by_default(
             assert conn.exec_driver_sql("PRAGMA secure_delete").scalar() == 1
         _fill(store)
         store.forget(where={"user_id": "u1"})
+        assert chosen == [index]
         for secret in (PLANTED, TOKEN):
             assert all(secret.encode() not in p.read_bytes() for p in _files(path)), secret
     finally:
@@ -167,16 +169,7 @@ def test_an_older_sqlite_forgets_by_rebuilding_or_merging_the_index(
     the index rebuilt from what stays (the forget is most of it, as here) or merged."""
     if not SYSTEM_IS_OLDER:
         pytest.skip(f"this Python's SQLite {sqlite3.sqlite_version} has secure-delete")
-    monkeypatch.setattr(_erasure, "REBUILD_SHARE", 0.0 if way == "rebuild" else 2.0)
-    chosen: list[str] = []
-    begin = _erasure.begin
-
-    def record(*args: Any) -> Any:
-        found = begin(*args)
-        chosen.append(found.way)
-        return found
-
-    monkeypatch.setattr(_erasure, "begin", record)
+    chosen = erasure_ways(monkeypatch, force=way)
     path = tmp_path / "m.db"
     with MemoryStore(f"sqlite:///{path}", counter=FixedCounter()) as store:
         _fill(store)

@@ -62,6 +62,7 @@ from memstore.search import (
 __all__ = [
     "INDEX",
     "SOURCE",
+    "averages",
     "create_index",
     "drop_index",
     "fts5_available",
@@ -69,7 +70,6 @@ __all__ = [
     "index_exists",
     "index_language",
     "postgresql_ddl",
-    "averages",
     "sqlite_ddl",
 ]
 
